@@ -1,0 +1,35 @@
+"""layerlab: make PyTorch layers stop being black boxes.
+
+The public API is imported lazily so ``import layerlab`` (and ``layerlab --help``) never
+imports torch; each name loads its module on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from layerlab._version import __version__
+
+#: public name -> "module:attribute"
+_LAZY = {
+    "explain_shape": "layerlab.shapes:explain",
+    "output_shape": "layerlab.shapes:output_shape",
+    "LayerlabError": "layerlab.errors:LayerlabError",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'layerlab' has no attribute {name!r}")
+    module_name, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

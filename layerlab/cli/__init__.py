@@ -1,0 +1,1 @@
+"""The Typer command-line interface: one module per command, thin over the library."""
