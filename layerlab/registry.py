@@ -3,68 +3,33 @@
 The table is static data with import paths as strings, so listing or resolving names never
 imports torch; :meth:`LayerEntry.load` imports the class when it is really needed.
 
-An entry's ``default_inputs`` use the same mapping as a YAML spec's ``inputs:`` (see README,
-"The YAML spec"): ``{"input": {"shape": [2, 3, 16, 16]}}``; several entries for several forward
-arguments, in order. Keys: ``shape``, ``dtype``, ``requires_grad``, ``kind`` (``randn`` default,
-``randint`` with ``low``/``high``, ``causal_mask``, ``padding_mask``), ``same_as``.
+An entry's ``inputs`` use the same mapping as a YAML spec's ``inputs:`` (see README, "The YAML
+spec"), one item per forward argument, in order::
+
+    {"input": {"shape": [2, 3, 16, 16]}}                              # seeded randn, float32
+    {"ids": {"shape": [2, 10], "dtype": "int64", "low": 0, "high": 100}}   # random integer ids
+    {"query": {"shape": [2, 10, 64]}, "key": {"same_as": "query"},         # the same tensor
+     "value": {"same_as": "query"}, "attn_mask": {"causal": 10}}          # float −inf causal mask
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from layerlab.errors import UsageError
+from layerlab.registry_types import LayerEntry, import_target
+
+__all__ = ["LayerEntry", "REGISTRY", "find", "get", "import_target", "names"]
 
 
-@dataclass(frozen=True)
-class LayerEntry:
-    """One registry layer.
+def _load_entries() -> List[LayerEntry]:
+    from layerlab.catalog import sequence, spatial
 
-    Attributes:
-        name: the registry name (``conv2d``, ``lstm``, ``multihead_attention``).
-        target: ``"module.path:ClassName"`` of layerlab's implementation.
-        reference: ``"torch.nn:ClassName"`` of its torch counterpart (``None`` if there is none).
-        args: default constructor arguments (used when the layer is run by name, no spec).
-        inputs: default inputs, as a spec's ``inputs:`` mapping.
-        summary: one line shown in listings.
-        tags: claims checks can rely on: ``recurrent``, ``causal``, ``mixes_batch``, ``stochastic``.
-    """
-
-    name: str
-    target: str
-    reference: Optional[str]
-    args: Dict[str, Any]
-    inputs: Dict[str, Dict[str, Any]]
-    summary: str = ""
-    tags: Tuple[str, ...] = field(default_factory=tuple)
-
-    def load(self):
-        """Import and return layerlab's class."""
-        return import_target(self.target)
-
-    def load_reference(self):
-        """Import and return the torch.nn reference class (or ``None``)."""
-        return import_target(self.reference) if self.reference else None
+    return [*spatial.ENTRIES, *sequence.ENTRIES]
 
 
-def import_target(target: str):
-    """Import ``"package.module:Name"`` (or ``"package.module.Name"``) and return the object."""
-    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
-    module = importlib.import_module(module_name)
-    obj = module
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-_ENTRIES: List[LayerEntry] = [
-    # Filled by the reference layer library (layerlab/layers/), one entry per layer.
-]
-
-REGISTRY: Dict[str, LayerEntry] = {e.name: e for e in _ENTRIES}
+REGISTRY: Dict[str, LayerEntry] = {e.name: e for e in _load_entries()}
 
 
 def names() -> List[str]:

@@ -1,0 +1,1 @@
+"""Registry entries as static data (no torch import): one module per layer group."""
