@@ -13,8 +13,12 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-import click
 import typer
+
+try:  # typer ≥ 0.26 ships its own copy of click
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - older typer uses the click package
+    from click.exceptions import ClickException
 from typing import Annotated
 
 from layerlab._version import __version__
@@ -62,9 +66,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         print_known_error(exc, json_mode)
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
+    except ClickException as exc:
         if json_mode:
             from layerlab.errors import UsageError
             from layerlab.cli.output import print_known_error
@@ -73,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             exc.show()
         return exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         sys.stderr.write("Aborted.\n")
         return 130
     return rv if isinstance(rv, int) else 0

@@ -87,12 +87,17 @@ class Output:
 
         err = self.err
         where = f" [dim]({escape(exc.where)})[/]" if exc.where else ""
-        err.print(f"[bold red]error:[/] {escape(exc.message)}{where}")
+        if exc.kind == "usage":
+            # Malformed flags: one line, the fix after a dash.
+            hint = f" — {escape(exc.hint)}" if exc.hint else ""
+            err.print(f"[bold red]error:[/] {escape(exc.message)}{where}{hint}", soft_wrap=True)
+            return
+        err.print(f"[bold red]error:[/] {escape(exc.message)}{where}", soft_wrap=True)
         if exc.expected is not None or exc.got is not None:
-            err.print(f"  expected: {escape(str(exc.expected))}")
-            err.print(f"  got:      {escape(str(exc.got))}")
+            err.print(f"  expected: {escape(str(exc.expected))}", soft_wrap=True)
+            err.print(f"  got:      {escape(str(exc.got))}", soft_wrap=True)
         if exc.hint:
-            err.print(f"  [cyan]hint:[/] {escape(exc.hint)}")
+            err.print(f"  [cyan]hint:[/] {escape(exc.hint)}", soft_wrap=True)
 
 
 def print_known_error(exc: LayerlabError, json_mode: bool) -> None:

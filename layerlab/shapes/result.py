@@ -77,6 +77,7 @@ class Explanation:
     def to_dict(self) -> dict:
         return {
             "schema": SCHEMA_VERSION,
+            "kind": "explanation",
             "op": self.op,
             "call": self.call,
             "params": self.params,

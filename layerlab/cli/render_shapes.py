@@ -1,0 +1,131 @@
+"""Rich renderables for explain-shape results (the only place that formats them for people)."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from rich.console import Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from layerlab.shapes.chain import ChainResult
+from layerlab.shapes.inverse import InverseResult
+from layerlab.shapes.result import Explanation
+from layerlab.shapes.table import SizeTable
+
+
+def _shape(shape: Any) -> str:
+    return "(" + ", ".join(str(x) for x in shape) + ")" if shape is not None else "—"
+
+
+def _notes(ex: Explanation) -> List[Any]:
+    rows = []
+    for note in ex.notes:
+        style, mark = ("yellow", "⚠") if note.severity == "warning" else ("cyan", "ℹ")
+        dim = f" [{note.dim}]" if note.dim else ""
+        rows.append(Text.from_markup(f"[{style}]{mark} {escape(note.code)}{escape(dim)}:[/] {escape(note.message)}"))
+    return rows
+
+
+def _error(ex: Explanation) -> Panel:
+    err = ex.error
+    lines = [f"[bold]{escape(err.message)}[/]"]
+    if err.expected is not None or err.got is not None:
+        lines.append(f"expected: {escape(str(err.expected))}   got: {escape(str(err.got))}")
+    lines.append(f"torch raises: [red]{escape(err.torch_exception)}: {escape(err.torch_message)}[/]")
+    if err.rule:
+        lines.append(f"[dim]rule: shape_rules {escape(err.rule)}[/]")
+    for s in err.suggestions:
+        lines.append(f"[green]→ {escape(str(s))}[/]")
+    if err.hint:
+        lines.append(f"[cyan]hint:[/] {escape(err.hint)}")
+    return Panel("\n".join(lines), title="torch would raise", border_style="red", expand=False)
+
+
+def explanation(ex: Explanation) -> List[Any]:
+    """Header, one row per dim (formula, numbers, result), the notes, and the error if any."""
+    parts: List[Any] = [
+        Text.from_markup(
+            f"[bold]{escape(ex.call)}[/]  input {_shape(ex.input_shape)} → "
+            + (f"[bold green]{_shape(ex.output_shape)}[/]" if ex.ok else "[bold red]error[/]")
+        )
+    ]
+    if ex.steps:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col in ("dim", "in", "formula", "with the numbers", "out"):
+            table.add_column(col, justify="right" if col in ("in", "out") else "left")
+        for step in ex.steps:
+            out_style = "green" if step.output >= 1 else "red"
+            table.add_row(step.dim, "" if step.input is None else str(step.input), escape(step.formula),
+                          escape(step.substituted), f"[{out_style}]{step.output}[/]")
+        parts.append(table)
+    parts.extend(_notes(ex))
+    if ex.error is not None:
+        parts.append(_error(ex))
+    return parts
+
+
+def size_table(table: SizeTable) -> List[Any]:
+    parts: List[Any] = [Text.from_markup(f"[bold]{escape(table.call)}[/]")]
+    if table.formula:
+        parts.append(Text.from_markup(f"formula: [bold]{escape(table.formula)}[/]  (per spatial dim)"))
+    if table.keep_size:
+        parts.append(Text.from_markup(f"keeps the size: {escape(table.keep_size)}"))
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title_justify="left")
+    t.add_column("input", justify="right")
+    t.add_column("output", justify="right")
+    t.add_column("pixels lost", justify="right")
+    t.add_column("")
+    for row in table.rows:
+        if row.output is None:
+            t.add_row(str(row.input), "[red]error[/]", "", f"[red]{escape(row.error or '')}[/]")
+        else:
+            mark = "[green]✓ no pixel lost[/]" if row.lost_pixels == 0 else ""
+            t.add_row(str(row.input), str(row.output), str(row.lost_pixels), mark)
+    parts.append(t)
+    parts.append(Text("Give --input for the step-by-step arithmetic, --target for the inverse question.",
+                      style="dim"))
+    return parts
+
+
+def _params(params: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items())
+
+
+def inverse(result: InverseResult) -> List[Any]:
+    parts: List[Any] = [Text.from_markup(f"[bold]{escape(result.question)}[/]  ({escape(result.op)})")]
+    for dim in result.dims:
+        title = f"{dim.dim}: {dim.input} → {dim.target}"
+        lines = [f"[dim]{escape(line)}[/]" for line in dim.derivation]
+        if dim.candidates:
+            t = Table(show_header=False, box=None, pad_edge=False)
+            t.add_column()
+            t.add_column(style="dim")
+            for c in dim.candidates[:12]:
+                t.add_row(f"[green]{escape(_params(c.params))}[/]", escape(c.comment))
+            more = len(dim.candidates) - 12
+            body: List[Any] = [Text.from_markup(l) for l in lines] + [t]
+            if more > 0:
+                body.append(Text(f"… {more} more (--json lists all)", style="dim"))
+        else:
+            body = [Text.from_markup(l) for l in lines] + [Text("no setting in the searched grid reaches it", style="red")]
+        parts.append(Panel(Group(*body), title=title, title_align="left", expand=False))
+    return parts
+
+
+def chain(result: ChainResult) -> List[Any]:
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for col in ("#", "op", "input", "output", "notes"):
+        t.add_column(col)
+    for i, ex in enumerate(result.stages, 1):
+        out = f"[green]{_shape(ex.output_shape)}[/]" if ex.ok else "[red]torch would raise[/]"
+        t.add_row(str(i), escape(ex.call), _shape(ex.input_shape), out, str(len(ex.warnings())) if ex.warnings() else "")
+    final = _shape(result.output_shape) if result.ok else "error"
+    parts: List[Any] = [Text.from_markup(f"[bold]chain[/] {_shape(result.input_shape)} → [bold]{final}[/]"), t]
+    for i, ex in enumerate(result.stages, 1):
+        if ex.notes or not ex.ok:
+            parts.append(Text(f"stage {i}: {ex.call}", style="bold"))
+            parts.extend(explanation(ex)[1:])
+    return parts
