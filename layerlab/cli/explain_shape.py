@@ -118,7 +118,8 @@ def command(
     n_spatial = None
     size_arg = parse.size_arg(input) if input is not None else None
     if size_arg is not None:
-        n_spatial = len(size_arg.dims) - 2 if size_arg.full else len(size_arg.dims)
+        # One bare number means "every spatial dim": let the op (or the 2-D default) decide nd.
+        n_spatial = len(size_arg.dims) - 2 if size_arg.full else (len(size_arg.dims) if len(size_arg.dims) > 1 else None)
     spec = resolve(op, n_spatial=n_spatial)
     nd = spec.nd or n_spatial or 2
     _check_tuple_lengths(params, nd, spec.name)

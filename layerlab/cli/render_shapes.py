@@ -24,8 +24,7 @@ def _notes(ex: Explanation) -> List[Any]:
     rows = []
     for note in ex.notes:
         style, mark = ("yellow", "⚠") if note.severity == "warning" else ("cyan", "ℹ")
-        dim = f" [{note.dim}]" if note.dim else ""
-        rows.append(Text.from_markup(f"[{style}]{mark} {escape(note.code)}{escape(dim)}:[/] {escape(note.message)}"))
+        rows.append(Text.from_markup(f"[{style}]{mark} {escape(note.code)}:[/] {escape(note.message)}"))
     return rows
 
 
@@ -54,12 +53,13 @@ def explanation(ex: Explanation) -> List[Any]:
     ]
     if ex.steps:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for col in ("dim", "in", "formula", "with the numbers", "out"):
+        for col in ("dim", "in", "values", "formula", "with the numbers", "out"):
             table.add_column(col, justify="right" if col in ("in", "out") else "left")
         for step in ex.steps:
             out_style = "green" if step.output >= 1 else "red"
-            table.add_row(step.dim, "" if step.input is None else str(step.input), escape(step.formula),
-                          escape(step.substituted), f"[{out_style}]{step.output}[/]")
+            values = " ".join(f"{k}={v}" for k, v in step.values.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+            table.add_row(step.dim, "" if step.input is None else str(step.input), escape(values),
+                          escape(step.formula), escape(step.substituted), f"[{out_style}]{step.output}[/]")
         parts.append(table)
     parts.extend(_notes(ex))
     if ex.error is not None:

@@ -135,19 +135,24 @@ def _solve_dim(op, family, shape, nd, name, L, t, fixed, i) -> DimAnswer:
         base["dilation"] = d
     for k in kernels:
         for s in strides:
-            p_min, p_max = _padding_range(L, t, k, s, d)
             E = effective_kernel(k, d)
+            p_min, p_max = _padding_range(L, t, k, s, d)
+            if family == "pool":
+                # ceil_mode and the last-window rule make the closed form inexact for pools, and
+                # their padding is capped at k // 2 anyway: try every legal padding.
+                p_min, p_max = 0, k // 2
+            # Padding ≥ E would add windows that read nothing but padding: never an answer.
+            p_max = min(p_max, E - 1)
             if len(kernels) == 1 and len(strides) == 1:
                 answer.derivation.append(
                     f"need s·(t−1) ≤ L + 2p − E ≤ s·(t−1) + s − 1 with L={L}, t={t}, k={k}, s={s}, d={d}, E={E}: "
-                    f"p from ⌈({s}·{t - 1} + {E} − {L})/2⌉ = {p_min} to ⌊({s}·{t} − 1 + {E} − {L})/2⌋ = {p_max}"
+                    f"p from ⌈({s}·{t - 1} + {E} − {L})/2⌉ to ⌊({s}·{t} − 1 + {E} − {L})/2⌋, and p ≤ E − 1 = {E - 1}"
+                    + (f", p ≤ k//2 = {k // 2} for pools" if family == "pool" else "")
                 )
             for p in range(p_min, p_max + 1):
                 params = dict(base, kernel_size=k, stride=s, padding=p)
                 if _check(op, shape, params, nd, L, t):
                     answer.candidates.append(Candidate({"kernel_size": k, "stride": s, "padding": p}, _comment(L, k, s, p, d)))
-                elif family == "pool" and p > k // 2:
-                    answer.derivation.append(f"k={k}, s={s}, p={p} reaches {t} but pools allow p ≤ k//2 = {k // 2}")
             if family == "conv" and s == 1 and t == L and d * (k - 1) % 2 == 1:
                 params = dict(base, kernel_size=k, stride=1, padding="same")
                 if _check(op, shape, params, nd, L, t):

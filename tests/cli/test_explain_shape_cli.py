@@ -29,7 +29,12 @@ def test_json_single(run):
 def test_torch_would_raise_exits_1_and_quotes_torch(run):
     code, out, err = run("explain-shape", "--op", "max_pool", "--input", "2", "--kernel", "3", "--stride", "2")
     assert code == 1, out + err
-    assert "Output size is too small" in out
+    assert "torch would raise" in out and "RuntimeError" in out
+    code, out, err = run("explain-shape", "--op", "max_pool", "--input", "2", "--kernel", "3", "--stride", "2",
+                         "--json")
+    assert code == 1, out + err
+    assert json.loads(out)["error"]["torch_message"] == (
+        "Given input size: (1x2x2). Calculated output size: (1x0x0). Output size is too small")
     with pytest.raises(RuntimeError, match="Output size is too small"):
         torch.nn.MaxPool2d(3, 2)(torch.zeros(1, 1, 2, 2))
 
@@ -62,11 +67,17 @@ def test_table_json(run):
 
 
 def test_target(run):
-    code, out, err = run("explain-shape", "--input", "32", "--kernel", "3", "--target", "32", "--json")
+    code, out, err = run("explain-shape", "--input", "32", "--kernel", "3", "--stride", "1", "--target", "32",
+                         "--json")
     assert code == 0, out + err
     data = json.loads(out)
     assert data["kind"] == "inverse"
     assert [c["params"] for c in data["dims"][0]["candidates"]] == [{"kernel_size": 3, "stride": 1, "padding": 1}]
+    # Stride left free: the grid is searched, and stride 1 with padding 1 comes first.
+    code, out, err = run("explain-shape", "--input", "32", "--kernel", "3", "--target", "32", "--json")
+    cands = [c["params"] for c in json.loads(out)["dims"][0]["candidates"]]
+    assert cands[0] == {"kernel_size": 3, "stride": 1, "padding": 1}
+    assert all(c["padding"] <= 2 for c in cands)
 
 
 def test_target_unreachable_exits_1(run):
