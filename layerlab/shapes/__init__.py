@@ -65,6 +65,11 @@ def format_call(spec: OpSpec, params: dict) -> str:
 def explain(op: str, input_shape: Sequence[int], **params: Any) -> Explanation:
     """Explain ``op(**params)`` applied to a tensor of ``input_shape``; never raises TorchWouldRaise."""
     shape: Tuple[int, ...] = tuple(int(x) for x in input_shape)
+    if any(x < 0 for x in shape):
+        raise UsageError(
+            f"an input shape cannot have negative sizes, got {shape}",
+            where="input", expected="sizes ≥ 0", got=shape,
+        )
     spec = resolve(op, n_spatial=max(len(shape) - 2, 1))
     filled = _fill_params(spec, params)
     ex = Explanation(op=spec.name, call=format_call(spec, filled), params=filled, input_shape=shape)

@@ -68,24 +68,6 @@ def interpolate_out(L: int, scale: float) -> int:
     return int(float(L) * float(scale))
 
 
-def unread_pixels(L: int, k: int, s: int, p: int, d: int, n_out: int) -> List[int]:
-    """Indices of real input pixels (0-based) that no window reads.
-
-    Window ``j`` reads padded positions ``j·s + i·d`` for ``i < k``; a real pixel ``x`` sits at
-    padded position ``x + p``. Matches the positions that receive zero gradient in torch.
-    """
-    if L <= 0 or n_out <= 0:
-        return list(range(max(L, 0)))
-    read = bytearray(L)
-    for j in range(n_out):
-        base = j * s - p
-        for i in range(k):
-            x = base + i * d
-            if 0 <= x < L:
-                read[x] = 1
-    return [x for x in range(L) if not read[x]]
-
-
 def describe_ranges(indices: List[int]) -> str:
     """``[2, 3, 4, 7, 8, 9]`` → ``'2-4, 7-9'`` (a readable list of pixel indices)."""
     if not indices:

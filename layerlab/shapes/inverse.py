@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from layerlab.errors import UsageError
 from layerlab.shapes import explain
-from layerlab.shapes.arith import ceil_div, conv_out, conv_transpose_out, effective_kernel, unread_pixels
+from layerlab.shapes.arith import ceil_div, conv_out, conv_transpose_out, effective_kernel
+from layerlab.shapes.unread import unread_count
 from layerlab.shapes.ops import resolve
 
 #: The grids searched when ``kernel_size`` / ``stride`` are not fixed by the user.
@@ -169,8 +170,8 @@ def _solve_dim(op, family, shape, nd, name, L, t, fixed, i) -> DimAnswer:
 
 def _comment(L: int, k: int, s: int, p: int, d: int) -> str:
     n = conv_out(L, k, s, p, d)
-    lost = unread_pixels(L, k, s, p, d, n)
-    return "reads every pixel" if not lost else f"loses {len(lost)} pixel(s)"
+    lost = unread_count(L, k, s, p, d, n)
+    return "reads every pixel" if not lost else f"loses {lost} pixel(s)"
 
 
 def _solve_conv_transpose(op, shape, target, nd, fixed) -> InverseResult:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Sequence, Tuple
 
-from layerlab.shapes.arith import effective_kernel, pool_out, unread_pixels
+from layerlab.shapes.arith import effective_kernel, pool_out
+from layerlab.shapes.unread import unread_notes
 from layerlab.shapes.result import DimStep, Explanation, ShapeNote
 
 #: Names of the spatial dims, as used in steps and notes.
@@ -75,75 +76,7 @@ def dim_notes(ex: Explanation, name: str, L: int, k: int, s: int, p: int, d: int
     """All notes of one valid dim: ceil mode's extra/dropped window, unread pixels."""
     if ceil:
         _ceil_notes(ex, name, L, k, s, p, d)
-    _pixel_notes(ex, name, L, k, s, p, d, n)
-
-
-#: Notes list the unread pixels up to this many (the count is always exact) ...
-MAX_LISTED_PIXELS = 100_000
-#: ... and name this many ranges of them in the message.
-_SHOWN_RANGES = 8
-
-
-def _lost_pixels(L: int, k: int, s: int, p: int, d: int, n: int) -> Optional[Tuple[range, int, List[range]]]:
-    """Unread real pixels: (the tail at the end, how many others, those others as ranges — only the
-    first ones when there are many), or ``None`` when too costly to find (huge dilated inputs)."""
-    if d == 1:
-        # Window j reads [j·s − p, j·s − p + k); the first covers pixel 0 (p ≤ k // 2) and the last
-        # starts inside the input: the lost pixels are the n − 1 gaps of s − k between windows, and a tail.
-        tail = range(max(0, (n - 1) * s - p + k), L)
-        if s <= k or n < 2:
-            return tail, 0, []
-        count = (n - 1) * (s - k)
-        shown = n - 1 if count <= MAX_LISTED_PIXELS else min(n - 1, _SHOWN_RANGES + 1)
-        return tail, count, [range(j * s - p + k, (j + 1) * s - p) for j in range(shown)]
-    if n * k > 2_000_000:
-        return None
-    lost = unread_pixels(L, k, s, p, d, n)
-    cut = len(lost)
-    while cut and lost[cut - 1] == L - len(lost) + cut - 1:  # the run that ends at pixel L − 1
-        cut -= 1
-    tail = range(lost[cut], L) if cut < len(lost) else range(0)
-    return tail, cut, _merge([range(x, x + 1) for x in lost[:cut]])
-
-
-def _merge(ranges: List[range]) -> List[range]:
-    """Adjacent ranges joined (dilation holes come one pixel at a time)."""
-    out: List[range] = []
-    for r in ranges:
-        if out and out[-1].stop == r.start:
-            out[-1] = range(out[-1].start, r.stop)
-        else:
-            out.append(r)
-    return out
-
-
-def _text(ranges: List[range], more: bool = False) -> str:
-    parts = [str(r.start) if len(r) == 1 else f"{r.start}-{r[-1]}" for r in ranges[:_SHOWN_RANGES]]
-    return ", ".join(parts) + (", …" if more or len(ranges) > _SHOWN_RANGES else "")
-
-
-def _pixel_notes(ex: Explanation, name: str, L: int, k: int, s: int, p: int, d: int, n: int) -> None:
-    """``cropped`` (unread pixels at the end) and ``skipped`` (unread pixels between windows)."""
-    found = _lost_pixels(L, k, s, p, d, n)
-    if found is None:
-        return
-    tail, count, gaps = found
-    if len(tail):
-        ex.notes.append(ShapeNote(
-            "cropped",
-            f"{name}: {len(tail)} real pixel(s) at the end are never read (index {_text([tail])} of 0-{L - 1}): "
-            "the last window ends before them.",
-            dim=name, data={"pixels": list(tail) if len(tail) <= MAX_LISTED_PIXELS else None, "count": len(tail)},
-        ))
-    if count:
-        E = effective_kernel(k, d)
-        why = f"stride {s} > effective kernel {E}" if s > E else f"dilation {d} leaves holes that no window covers"
-        listed = count <= MAX_LISTED_PIXELS
-        ex.notes.append(ShapeNote(
-            "skipped",
-            f"{name}: {count} real pixel(s) between windows are never read (index {_text(gaps, not listed)}): {why}.",
-            dim=name, data={"pixels": [x for g in gaps for x in g] if listed else None, "count": count},
-        ))
+    ex.notes.extend(unread_notes(name, L, k, s, p, d, n))
 
 
 def too_small_fixes(dims: Sequence[Tuple[int, int, int, int, int, int]], ceil: bool, can_pad: bool) -> List[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from layerlab.shapes import explain
-from layerlab.shapes.arith import unread_pixels
+from layerlab.shapes.unread import unread_count
 from layerlab.shapes.ops import resolve
 
 COMMON_SIZES = (7, 8, 14, 15, 16, 28, 31, 32, 33, 56, 64, 100, 112, 128, 224, 225, 256)
@@ -62,7 +62,7 @@ def _lost(family: str, L: int, out: int, params: Dict[str, Any]) -> int:
         p = 0
     if isinstance(p, str) or not isinstance(k, int):
         return 0  # 'same' pads to keep every pixel in play
-    return len(unread_pixels(L, k, s, p, d, out))
+    return unread_count(L, k, s, p, d, out) or 0
 
 
 def _keep_size(family: str, params: Dict[str, Any]) -> Optional[str]:

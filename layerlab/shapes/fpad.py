@@ -1,0 +1,171 @@
+"""``F.pad`` with ``mode='reflect' | 'replicate' | 'circular'``: the shape it returns and where it raises.
+
+Conv modules with ``padding_mode != 'zeros'`` call ``F.pad(x, pads, mode)`` before a convolution
+with padding 0 (shape_rules.md §1.6), so every check below runs *before* the convolution's own
+checks, input rank included. ``pads`` is in F.pad's order: ``(left_W, right_W, left_H, right_H,
+…)`` — last dim first.
+
+Rules (torch 2.13, CPU), in the order torch checks them:
+
+1. ``len(pads) ≤ 2·input.dim()`` →
+   ``RuntimeError: Padding length should be less than or equal to two times the input dimension …``
+2. Only ``len(pads) = 2m`` with ``input.dim() ∈ {m+1, m+2}`` and ``m ∈ {1, 2, 3}`` is implemented →
+   ``NotImplementedError: Padding size P is not supported for DD input tensor.``
+3. reflect / replicate: every dim except a batch dim must be non-empty
+   (``Expected 3D or 4D (batch mode) tensor with possibly 0 batch size …``).
+4. reflect: per dim, **last dim first**, ``pad_left < L`` and ``pad_right < L``
+   (``Argument #4/#6/#8: Padding size should be less than the corresponding input dimension …``).
+5. reflect / replicate: error only if **every** padded output size is < 1 (``input (…) is too
+   small``); a negative size next to a positive one fails when the tensor is allocated
+   (``Trying to create tensor with negative dimension``).
+6. circular: per dim, **first padded dim first**: ``pad ≤ L`` on both sides (``Padding value causes
+   wrapping around more than once.``), then ``L + pl + pr ≥ 0`` (0 is allowed).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+from layerlab.errors import TorchWouldRaise
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(x) for x in shape) + "]"
+
+
+def _fail(exc: str, torch_message: str, message: str, **kw) -> TorchWouldRaise:
+    return TorchWouldRaise(message, torch_exception=exc, torch_message=torch_message, rule="§1.6", **kw)
+
+
+def negative_dimension(shape: Sequence[int]) -> str:
+    """The message of ``torch.empty(shape)`` with a negative size (the first one is named)."""
+    first = next(x for x in shape if x < 0)
+    return f"Trying to create tensor with negative dimension {first}: {_shape(shape)}"
+
+
+def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
+                    names: Optional[Sequence[str]] = None) -> Tuple[int, ...]:
+    """The shape of ``F.pad(torch.empty(shape), pads, mode)``; raises like torch.
+
+    ``mode`` is ``'reflect'``, ``'replicate'`` or ``'circular'``; ``names`` name the padded dims
+    (``H``, ``W``) in the errors' ``where``.
+    """
+    shape = tuple(shape)
+    D, P = len(shape), len(pads)
+    if P > 2 * D:
+        raise _fail(
+            "RuntimeError",
+            f"Padding length should be less than or equal to two times the input dimension but got "
+            f"padding length {P} and input of dimension {D}",
+            f"padding_mode={mode!r} pads the input with F.pad first, and a {D}-D input cannot take {P // 2} "
+            "padded dims",
+            where="input", got=list(shape),
+        )
+    m = P // 2
+    if m not in (1, 2, 3) or D not in (m + 1, m + 2):
+        raise _fail(
+            "NotImplementedError",
+            f"Padding size {P} is not supported for {D}D input tensor.",
+            f"padding_mode={mode!r} runs F.pad, which pads {m} dim(s) only of a {m + 1}-D or {m + 2}-D "
+            f"tensor; this input is {D}-D",
+            where="input", expected=f"{m + 1}-D or {m + 2}-D input", got=list(shape),
+            suggestions=[f"an input of rank {m + 1} (unbatched) or {m + 2} (batched)"],
+        )
+    lead = D - m  # non-padded leading dims (1: unbatched, 2: batched)
+    # pads for padded dim i (0 = first padded dim) sit at 2·(m−1−i) and 2·(m−1−i)+1
+    pl = [pads[2 * (m - 1 - i)] for i in range(m)]
+    pr = [pads[2 * (m - 1 - i) + 1] for i in range(m)]
+    sizes = [shape[lead + i] for i in range(m)]
+    outs = [sizes[i] + pl[i] + pr[i] for i in range(m)]
+    new_shape = shape[:lead] + tuple(outs)
+    where = list(names) if names is not None and len(names) == m else [f"dim {lead + i}" for i in range(m)]
+
+    if mode == "circular":
+        for i in range(m):
+            if pl[i] > sizes[i] or pr[i] > sizes[i]:
+                raise _fail(
+                    "RuntimeError", "Padding value causes wrapping around more than once.",
+                    f"circular padding ({pl[i]}, {pr[i]}) is larger than the input size {sizes[i]} it wraps around",
+                    where=where[i], expected=f"padding ≤ {sizes[i]}", got=(pl[i], pr[i]),
+                    suggestions=[f"padding ≤ {sizes[i]}", "padding_mode='replicate'"],
+                )
+            if outs[i] < 0:
+                raise _fail(
+                    "RuntimeError", "Negative padding value is resulting in an empty dimension",
+                    f"padding ({pl[i]}, {pr[i]}) removes more than the {sizes[i]} pixels there are",
+                    where=where[i],
+                )
+        return new_shape
+
+    # reflect / replicate: only a batch dim may be empty
+    checked = shape[1:] if D == m + 2 else shape
+    if any(x == 0 for x in checked):
+        raise _fail(
+            "RuntimeError",
+            f"Expected {m + 1}D or {m + 2}D (batch mode) tensor with possibly 0 batch size and other "
+            f"non-zero dimensions for input, but got: {_shape(shape)}",
+            f"{mode} padding needs every dim except the batch to be non-empty",
+            where="input", got=list(shape),
+        )
+    if mode == "reflect":
+        for i in reversed(range(m)):  # the last dim is checked first
+            if not (pl[i] < sizes[i] and pr[i] < sizes[i]):
+                arg = 4 + 2 * (m - 1 - i)
+                raise _fail(
+                    "RuntimeError",
+                    f"Argument #{arg}: Padding size should be less than the corresponding input dimension, "
+                    f"but got: padding ({pl[i]}, {pr[i]}) at dimension {lead + i} of input {_shape(shape)}",
+                    f"reflect padding must be smaller than the input size: padding ({pl[i]}, {pr[i]}) on a "
+                    f"dim of size {sizes[i]} (a reflection cannot repeat the edge pixel)",
+                    where=where[i], expected=f"padding ≤ {sizes[i] - 1}", got=(pl[i], pr[i]),
+                    suggestions=[f"padding ≤ {sizes[i] - 1}", "padding_mode='replicate'"],
+                )
+    if all(o < 1 for o in outs):
+        if m == 1:
+            inp, out = f"W: {sizes[0]}", f"W: {outs[0]}"
+        elif m == 2:
+            space = " " if mode == "replicate" else ""  # sic: replication_pad2d prints "W: 4 )"
+            inp, out = f"H: {sizes[0]}, W: {sizes[1]}{space}", f"H: {outs[0]} W: {outs[1]}"
+        else:
+            inp = f"D: {sizes[0]} H: {sizes[1]}, W: {sizes[2]}"
+            out = f"D: {outs[0]} H: {outs[1]} W: {outs[2]}"
+        raise _fail(
+            "RuntimeError", f"input ({inp}) is too small. Calculated output {out}",
+            "negative padding leaves no pixel in any padded dim",
+            where=",".join(where), got=outs,
+        )
+    if any(o < 0 for o in outs):
+        # reflection_pad2d *resizes* its output: the size product overflows, unless an empty batch
+        # makes it 0 first, and then the negative size goes through unchecked (the conv's kernel
+        # check reports it). The other kernels allocate their output, which names the size.
+        if mode == "reflect" and m == 2:
+            if D == m + 2 and shape[0] == 0:
+                return new_shape
+            text = "numel: integer multiplication overflow"
+        else:
+            text = negative_dimension(new_shape)
+        raise _fail(
+            "RuntimeError", text,
+            "negative padding makes a dim negative", where="input", got=list(new_shape),
+        )
+    return new_shape
+
+
+def source_index(x: int, L: int, mode: str) -> int:
+    """The real pixel that padded position ``x`` (real coordinates, may be < 0 or ≥ L) copies.
+
+    ``-1`` for zero padding outside the input. Used to find pixels that no window reads.
+    """
+    if 0 <= x < L:
+        return x
+    if mode == "replicate":
+        return 0 if x < 0 else L - 1
+    if mode == "circular":
+        return x % L
+    if mode == "reflect":
+        period = 2 * (L - 1)
+        if period == 0:
+            return 0
+        x = x % period
+        return x if x < L else period - x
+    return -1
