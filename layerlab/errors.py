@@ -71,6 +71,15 @@ class SpecError(LayerlabError):
     kind = "spec"
 
 
+class LayerInputError(LayerlabError, ValueError):
+    """A bad constructor argument or forward input of a layerlab reference layer (exit 2).
+
+    Also a :class:`ValueError`, so plain ``except ValueError`` code keeps working.
+    """
+
+    kind = "layer-input"
+
+
 class CheckFailed(LayerlabError):
     """A verification check failed, or a layer raised while being run (exit 1)."""
 

@@ -15,15 +15,9 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from layerlab.errors import LayerlabError
+from layerlab.errors import LayerInputError
 
 IntOrTuple = Union[int, Sequence[int]]
-
-
-class LayerInputError(LayerlabError, ValueError):
-    """A bad constructor argument or forward input of a layerlab reference layer (exit 2)."""
-
-    kind = "layer-input"
 
 
 def layer_error(layer: str, arg: str, *, expected: Any, got: Any, hint: Optional[str] = None) -> LayerInputError:

@@ -29,11 +29,19 @@ import torch
 
 from layerlab.registry import REGISTRY, LayerEntry
 
-#: Benchmark configs that differ from the registry defaults. Only ``lstm`` is fixed by the issue
-#: (16×50×64, hidden 128, 2 layers); ``args`` are merged into the entry's, ``inputs`` replace them.
+#: Benchmark configs that differ from the registry defaults. ``lstm`` is fixed by the issue
+#: (16×50×64, hidden 128, 2 layers); the attention layers get a realistic size too, since at the
+#: registry's tiny defaults the timing is mostly Python call overhead. ``args`` are merged into the
+#: entry's, ``inputs`` replace them.
+_SELF_ATTN = {"query": {"shape": [16, 128, 256]}, "key": {"same_as": "query"}, "value": {"same_as": "query"},
+              "attn_mask": {"causal": 128}}
 OVERRIDES: Dict[str, Dict[str, Any]] = {
     "lstm": {"args": {"input_size": 64, "hidden_size": 128, "num_layers": 2},
              "inputs": {"input": {"shape": [16, 50, 64]}}},
+    "multihead_attention": {"args": {"embed_dim": 256, "num_heads": 8}, "inputs": _SELF_ATTN},
+    "scaled_dot_product_attention": {"inputs": {
+        "query": {"shape": [16, 8, 128, 32]}, "key": {"same_as": "query"}, "value": {"same_as": "query"},
+        "attn_mask": {"causal": 128}}},
 }
 
 #: Entries without a registry reference whose ``to_torch()`` is still an exact torch twin.
@@ -46,11 +54,14 @@ TORCH_OUTPUT = {
 }
 
 #: Layers held to the ≤ 1.15× target: those that end in the same functional op as torch.
+#: scaled_dot_product_attention is the explicit five-op teaching form against torch's fused
+#: kernel: reported, not targeted (the issue targets multi-head attention via explicit matmuls).
 TARGETED = {
-    "conv1d", "conv2d", "conv3d", "separable_conv2d", "linear", "patch_embedding",
-    "scaled_dot_product_attention", "multihead_attention",
+    "conv1d", "conv2d", "conv3d", "separable_conv2d", "linear", "patch_embedding", "multihead_attention",
 }
 TARGET = 1.15
+#: The issue's own bound for the recurrent stack: LSTM (16×50×64, hidden 128, 2 layers) ≤ 3×.
+SPECIAL_TARGETS = {"lstm": 3.0}
 
 
 @dataclass
@@ -161,7 +172,7 @@ def measure(entry: LayerEntry, repeats: int, min_round_s: float = 0.05) -> Row:
     distinct = {id(t): t for t in inputs.values() if t.requires_grad}.values()  # same_as inputs once
     shape = " ".join("×".join(map(str, t.shape)) for t in distinct)
     return Row(entry.name, shape, round(ours_ms, 4), round(torch_ms, 4), round(ours_ms / torch_ms, 3),
-               TARGET if entry.name in TARGETED else None, diff)
+               TARGET if entry.name in TARGETED else SPECIAL_TARGETS.get(entry.name), diff)
 
 
 def selected(names: Optional[str]) -> List[LayerEntry]:
