@@ -16,6 +16,10 @@ _LAZY = {
     "explain_shape": "layerlab.shapes:explain",
     "output_shape": "layerlab.shapes:output_shape",
     "LayerlabError": "layerlab.errors:LayerlabError",
+    "inspect": "layerlab.probe.run:inspect",
+    "load_spec": "layerlab.spec:load_spec",
+    "verify": "layerlab.checks.run:verify",
+    "gradcheck": "layerlab.checks.run:verify",
 }
 
 __all__ = ["__version__", *_LAZY]

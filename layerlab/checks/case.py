@@ -1,0 +1,333 @@
+"""The thing being verified, and the small tensor helpers every check shares.
+
+A :class:`Case` is a module, its inputs (each named, passed by position or by keyword), the claims
+it makes (``causal``, ``recurrent``, ``mixes_batch``, ``stochastic``), and the reference it should
+equal, already carrying the module's weights (see :mod:`layerlab.checks.reference`).
+
+Checks never touch ``case.module`` itself: they work on copies (:func:`module_copy`), so running
+``layerlab gradcheck`` leaves the user's module, its mode and its buffers as they were.
+
+Legend: B batch · T time (sequence position) · E features.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect as pyinspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+#: names of forward arguments that carry recurrent state (batch dim 1: ``[L·D, B, H]``)
+STATE_NAMES = ("hx", "h0", "h_0", "c0", "c_0", "state", "hidden")
+
+
+@dataclass
+class Arg:
+    """One forward argument: its name, its value, and whether it is passed by keyword."""
+
+    name: str
+    value: Any
+    keyword: bool = False
+
+
+@dataclass
+class Case:
+    """A module with inputs, claims and (optionally) an aligned reference.
+
+    Attributes:
+        module: the layer under test (never modified by a check).
+        args: the forward arguments, in order.
+        target: what the user named (registry name, spec path, class name).
+        reference: an ``nn.Module`` carrying ``module``'s weights, a plain callable, or ``None``.
+        param_map: our parameter name → the reference's, for per-parameter gradient parity.
+        reference_note: how the weights were copied (shown in reports).
+        reference_error: why no reference could be aligned (parity checks then fail with it).
+        tags: claims the checks rely on: ``causal``, ``recurrent``, ``mixes_batch``, ``stochastic``.
+        seed: seeds every random tensor a check draws (grad_outputs, directions, perturbations).
+        batch_dims: input name → its batch dim (``None``: no batch dim); overrides the guess.
+    """
+
+    module: nn.Module
+    args: List[Arg]
+    target: str
+    reference: Any = None
+    param_map: Dict[str, str] = field(default_factory=dict)
+    reference_note: str = ""
+    reference_error: Optional[str] = None
+    tags: FrozenSet[str] = frozenset()
+    seed: int = 0
+    batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)
+
+
+# -- calling ---------------------------------------------------------------------------------------
+
+def call(fn: Callable, args: Sequence[Arg]) -> Any:
+    """``fn(*positional, **keyword)`` with ``args`` split by how each is passed."""
+    pos = [a.value for a in args if not a.keyword]
+    kw = {a.name: a.value for a in args if a.keyword}
+    return fn(*pos, **kw)
+
+
+def forward_params(module: nn.Module) -> Dict[str, pyinspect.Parameter]:
+    """The parameters of ``module.forward`` by name (empty if the signature is unreadable)."""
+    try:
+        return dict(pyinspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def accepts(module: nn.Module, name: str) -> bool:
+    params = forward_params(module)
+    return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+
+def positional_names(module: nn.Module, n: int) -> List[str]:
+    """Names for ``n`` positional inputs: ``forward``'s parameter names, then ``input{i}``."""
+    params = [p.name for p in forward_params(module).values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [params[i] if i < len(params) else f"input{i}" for i in range(n)]
+
+
+# -- tensors ---------------------------------------------------------------------------------------
+
+def map_tensors(value: Any, fn: Callable[[Tensor], Any], memo: Optional[dict] = None) -> Any:
+    """Apply ``fn`` to every tensor in a nested tuple/list/dict; one tensor passed twice (``key is
+    query``) maps to one result, so shared inputs stay shared."""
+    memo = {} if memo is None else memo
+    if isinstance(value, Tensor):
+        if id(value) not in memo:
+            memo[id(value)] = fn(value)
+        return memo[id(value)]
+    if isinstance(value, tuple):
+        return tuple(map_tensors(v, fn, memo) for v in value)
+    if isinstance(value, list):
+        return [map_tensors(v, fn, memo) for v in value]
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn, memo) for k, v in value.items()}
+    return value
+
+
+def map_args(args: Sequence[Arg], fn: Callable[[Tensor], Any]) -> List[Arg]:
+    memo: dict = {}
+    return [Arg(a.name, map_tensors(a.value, fn, memo), a.keyword) for a in args]
+
+
+def cast_args(args: Sequence[Arg], dtype: Optional[torch.dtype], requires_grad: bool = False) -> List[Arg]:
+    """Detached copies; floating tensors cast to ``dtype`` (``None`` keeps it). Differentiable
+    inputs (floating, not a mask) get ``requires_grad`` when asked."""
+    grad_ids = {id(t) for a in args if is_grad_arg(a) for t in _tensors(a.value)}
+
+    def conv(t: Tensor) -> Tensor:
+        out = t.detach()
+        if out.is_floating_point() and dtype is not None:
+            out = out.to(dtype)
+        out = out.clone()
+        if requires_grad and id(t) in grad_ids:
+            out.requires_grad_(True)
+        return out
+
+    return map_args(args, conv)
+
+
+def _tensors(value: Any) -> List[Tensor]:
+    return [t for _, t in flatten(value)]
+
+
+def is_mask_name(name: str) -> bool:
+    return "mask" in name.lower()
+
+
+def is_grad_arg(arg: Arg) -> bool:
+    """A floating input that gradients should flow to (masks are not)."""
+    return not is_mask_name(arg.name) and any(t.is_floating_point() for t in _tensors(arg.value))
+
+
+def grad_inputs(args: Sequence[Arg]) -> List[Tuple[str, Tensor]]:
+    """``(name, tensor)`` of every differentiable input tensor (nested state tuples flattened),
+    each distinct tensor once."""
+    out, seen = [], set()
+    for a in args:
+        if is_mask_name(a.name):
+            continue
+        for path, t in flatten(a.value, a.name):
+            if t.is_floating_point() and id(t) not in seen:
+                seen.add(id(t))
+                out.append((path, t))
+    return out
+
+
+def flatten(value: Any, prefix: str = "output") -> List[Tuple[str, Tensor]]:
+    """``[(path, tensor)]`` of every tensor in a nested output: ``output``, ``output[1][0]``, ``output['h']``."""
+    if isinstance(value, Tensor):
+        return [(prefix, value)]
+    out: List[Tuple[str, Tensor]] = []
+    if isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            out.extend(flatten(v, f"{prefix}[{i}]"))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out.extend(flatten(v, f"{prefix}[{k!r}]"))
+    return out
+
+
+def float_leaves(output: Any) -> List[Tuple[str, Tensor]]:
+    return [(p, t) for p, t in flatten(output) if t.is_floating_point()]
+
+
+def module_copy(module: nn.Module, dtype: Optional[torch.dtype] = None, train: Optional[bool] = None) -> nn.Module:
+    """A deep copy, cast to ``dtype`` (floating parameters and buffers only) and set to train/eval."""
+    m = copy.deepcopy(module)
+    if dtype is not None:
+        m = m.to(dtype)
+    if train is not None:
+        m.train(train)
+    return m
+
+
+def reference_copy(ref: Any, dtype: Optional[torch.dtype] = None, train: Optional[bool] = None) -> Any:
+    return module_copy(ref, dtype, train) if isinstance(ref, nn.Module) else ref
+
+
+def trainable(module: nn.Module) -> List[Tuple[str, nn.Parameter]]:
+    return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+
+
+def user_dtype(case: Case) -> torch.dtype:
+    """The dtype the user runs in: the first floating input's, else the first floating parameter's."""
+    for a in case.args:
+        for _, t in flatten(a.value):
+            if t.is_floating_point():
+                return t.dtype
+    for p in case.module.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.get_default_dtype()
+
+
+def generator(seed: int, salt: int = 0) -> torch.Generator:
+    """A CPU generator seeded from the case seed and a per-check salt: no global RNG state touched."""
+    return torch.Generator().manual_seed(int(seed) * 7919 + salt)
+
+
+def randn_like(t: Tensor, gen: torch.Generator) -> Tensor:
+    """Standard normal values shaped like ``t`` (drawn on the CPU generator, then moved to ``t``'s device)."""
+    return torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device)
+
+
+def rand_like(t: Tensor, gen: torch.Generator) -> Tensor:
+    """Uniform [0, 1) values shaped like ``t`` (CPU generator, moved to ``t``'s device)."""
+    return torch.rand(t.shape, generator=gen, dtype=t.dtype).to(t.device)
+
+
+def is_stochastic(module: nn.Module, tags: FrozenSet[str] = frozenset()) -> bool:
+    """True when train-mode forward draws random numbers (dropout with p > 0, or a ``stochastic`` tag)."""
+    if "stochastic" in tags:
+        return True
+    for m in module.modules():
+        if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            return True
+        p = getattr(m, "dropout", None)
+        if isinstance(p, float) and p > 0:
+            return True
+    return False
+
+
+def parity_mode(case: Case) -> Optional[bool]:
+    """The mode comparisons run in: ``None`` keeps every submodule's own train/eval flag; ``False``
+    (eval) when a train-mode forward would draw random numbers (dropout), which no reference repeats."""
+    return False if case.module.training and is_stochastic(case.module, case.tags) else None
+
+
+def mode_name(case: Case, mode: Optional[bool]) -> str:
+    if mode is None:
+        return "train" if case.module.training else "eval"
+    return "train" if mode else "eval"
+
+
+def has_batch_first(module: nn.Module) -> bool:
+    """Is it a sequence module with torch's ``batch_first`` switch (RNNs, attention, transformers)?"""
+    return any(isinstance(getattr(m, "batch_first", None), bool) for m in module.modules())
+
+
+def seq_first(module: nn.Module) -> bool:
+    """Does the module take ``(T, B, E)`` inputs (torch's ``batch_first=False``)?"""
+    bf = getattr(module, "batch_first", None)
+    if isinstance(bf, bool):
+        return not bf
+    for m in module.modules():
+        bf = getattr(m, "batch_first", None)
+        if isinstance(bf, bool):
+            return not bf
+    return False
+
+
+def input_batch_dim(case: Case, arg_name: str, t: Tensor) -> Optional[int]:
+    """The batch dim of one input tensor (``None``: shared by every sample), by the usual contracts."""
+    if arg_name in case.batch_dims:
+        return case.batch_dims[arg_name]
+    base = arg_name.split("[", 1)[0].lower()
+    if t.dim() == 0:
+        return None
+    if base in STATE_NAMES:
+        return 1 if t.dim() == 3 else (0 if t.dim() == 2 and not has_batch_first(case.module) else None)
+    if is_mask_name(base):
+        if "key_padding" in base or "padding" in base:
+            return 0
+        return None if t.dim() <= 2 else 0
+    if t.is_floating_point() and (t.dim() == 1 or (t.dim() == 2 and has_batch_first(case.module))):
+        return None  # unbatched: a feature vector, or a (T, E) sequence
+    if seq_first(case.module) and t.dim() >= 3 and t.is_floating_point():
+        return 1
+    if seq_first(case.module) and t.dim() == 2 and not t.is_floating_point():
+        return 1
+    return 0
+
+
+def batch_layout(case: Case, args: Sequence[Arg]) -> Tuple[int, Dict[int, Optional[int]]]:
+    """``(B, {id(tensor): batch dim or None})`` for every input tensor; ``B = 0`` if none is batched.
+
+    ``B`` is the size of the first batched input along its batch dim; a tensor whose size along
+    its guessed batch dim differs is treated as shared (``None``).
+    """
+    dims: Dict[int, Optional[int]] = {}
+    B = 0
+    for a in args:
+        for path, t in flatten(a.value, a.name):
+            d = input_batch_dim(case, path, t)
+            if d is not None and d < t.dim():
+                if B == 0:
+                    B = t.shape[d]
+                if t.shape[d] != B:
+                    d = None
+            else:
+                d = None
+            dims[id(t)] = d
+    return B, dims
+
+
+def time_dim(module: nn.Module, t: Tensor) -> Optional[int]:
+    """The time dim of a sequence tensor: ``(B, T, E)`` → 1, ``(T, B, E)`` → 0, a 1-D conv's
+    ``(B, C, L)`` → 2, unbatched ``(T, E)`` → 0."""
+    if t.dim() < 2:
+        return 0 if t.dim() == 1 else None
+    if t.dim() == 3 and any(isinstance(m, nn.Conv1d) for m in module.modules()):
+        return 2
+    if t.dim() == 2:
+        return 0 if t.is_floating_point() else 1
+    return 0 if seq_first(module) else 1
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def class_path(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    if cls.__module__.startswith("torch.nn.modules"):
+        return f"torch.nn.{cls.__qualname__}"
+    if not isinstance(obj, (type, nn.Module)) and callable(obj):
+        return getattr(obj, "__qualname__", None) or repr(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"

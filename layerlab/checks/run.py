@@ -1,0 +1,230 @@
+"""``layerlab.verify`` (alias ``layerlab.gradcheck``): run the checks that find real layer bugs, and say where the bug is.
+
+    >>> import torch, layerlab
+    >>> lstm = MyLSTM(8, 16, batch_first=True)
+    >>> report = layerlab.verify(lstm, torch.randn(4, 7, 8),
+    ...                          reference=torch.nn.LSTM(8, 16, batch_first=True))
+    >>> report.ok, [(c.name, c.status.value, c.where) for c in report.failures]
+    (False, [('forward_parity', 'fail', 'output[0]'), ('backward_parity', 'fail', 'weight_ih_l0, …')])
+
+The checks, cheapest and most telling first (``layerlab.checks``): ``runs`` (shape and dtype
+contract), ``forward_parity`` and ``backward_parity`` against a reference carrying the same
+weights, ``gradcheck`` (float64, inputs and parameters, each named), ``param_grads``,
+``batch_independence`` and ``batch_consistency``, ``causality``, ``recurrent_state``, ``masks``;
+with ``deep=True`` also ``gradgradcheck``, ``noncontiguous``, ``determinism`` and ``compile``.
+Checks that do not apply are skipped with the reason. Nothing is changed on the module or the
+inputs passed in: every check works on copies.
+
+:mod:`layerlab.checks.targets` builds the module, inputs and reference for a registry layer
+(``verify_entry``), a YAML spec (``verify_spec``) and every registry layer (``verify_all``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+from layerlab.checks.report import CheckResult, Status, VerifyReport
+from layerlab.errors import UsageError
+
+__all__ = ["verify", "run_checks", "VerifyOptions", "CHECK_NAMES", "DEEP_CHECK_NAMES"]
+
+#: the checks in the order they run (cheapest and most telling first)
+CHECK_NAMES = ("runs", "forward_parity", "backward_parity", "gradcheck", "param_grads", "batch_independence",
+               "batch_consistency", "causality", "recurrent_state", "masks")
+#: the ``--deep`` checks, run after the others
+DEEP_CHECK_NAMES = ("gradgradcheck", "noncontiguous", "determinism", "compile")
+
+
+def _registry() -> Dict[str, Callable]:
+    from layerlab.checks import batch, causality, deep, gradients, masks, numgrad, parity, recurrent, runs
+
+    return {
+        "runs": runs.runs,
+        "forward_parity": parity.forward_parity,
+        "backward_parity": parity.backward_parity,
+        "gradcheck": numgrad.gradcheck,
+        "param_grads": gradients.param_grads,
+        "batch_independence": batch.batch_independence,
+        "batch_consistency": batch.batch_consistency,
+        "causality": causality.causality,
+        "recurrent_state": recurrent.recurrent_state,
+        "masks": masks.masks,
+        "gradgradcheck": deep.gradgradcheck,
+        "noncontiguous": deep.noncontiguous,
+        "determinism": deep.determinism,
+        "compile": deep.compile_parity,
+    }
+
+
+@dataclass
+class VerifyOptions:
+    """How the checks run.
+
+    Attributes:
+        deep: also run the deep checks (gradgradcheck, non-contiguous, determinism, torch.compile).
+        seed: seeds every random tensor the checks draw.
+        only: run just these checks (names from :data:`CHECK_NAMES` / :data:`DEEP_CHECK_NAMES`).
+        slow_cap: the largest Jacobian (elements) slow-mode gradcheck may build.
+        compile_backend: the ``torch.compile`` backend of the deep compile check.
+        threads: torch's intra-op threads while the checks run (restored afterwards): the checks
+            use small tensors, which run fastest on one thread; ``None`` leaves torch's setting.
+    """
+
+    deep: bool = False
+    seed: int = 0
+    only: Optional[Sequence[str]] = None
+    slow_cap: int = 1_000_000
+    compile_backend: str = "inductor"
+    threads: Optional[int] = 1
+
+    @property
+    def gradcheck(self):
+        from layerlab.checks.numgrad import GradcheckOptions
+
+        return GradcheckOptions(slow_cap=self.slow_cap)
+
+    def selected(self) -> List[str]:
+        names = list(CHECK_NAMES) + (list(DEEP_CHECK_NAMES) if self.deep else [])
+        if self.only:
+            unknown = [n for n in self.only if n not in CHECK_NAMES + DEEP_CHECK_NAMES]
+            if unknown:
+                import difflib
+
+                close = difflib.get_close_matches(unknown[0], CHECK_NAMES + DEEP_CHECK_NAMES, n=1)
+                raise UsageError(f"no check called {unknown[0]!r}", where="--only",
+                                 expected="one of " + ", ".join(CHECK_NAMES + DEEP_CHECK_NAMES), got=unknown[0],
+                                 hint=f"did you mean {close[0]!r}?" if close else None)
+            names = [n for n in CHECK_NAMES + DEEP_CHECK_NAMES if n in self.only]
+        return names
+
+
+def verify(
+    module: Any,
+    *inputs: Any,
+    reference: Any = None,
+    weight_map: Optional[Dict[str, str]] = None,
+    deep: bool = False,
+    tags: Iterable[str] = (),
+    seed: int = 0,
+    only: Optional[Sequence[str]] = None,
+    slow_cap: int = 1_000_000,
+    batch_dims: Optional[Dict[str, Optional[int]]] = None,
+    reference_output: Optional[str] = None,
+    compile_backend: str = "inductor",
+    target: Optional[str] = None,
+    forward_kwargs: Optional[Dict[str, Any]] = None,
+    **kwargs: Any,
+) -> VerifyReport:
+    """Verify ``module`` on ``inputs``; return a :class:`~layerlab.checks.report.VerifyReport`.
+
+    Args:
+        module (nn.Module): the layer under test (left unchanged: checks work on copies).
+        *inputs: positional forward arguments.
+        reference (nn.Module or callable, optional): what the layer should equal. A module gets
+            ``module``'s weights copied in (by name, ``weight_map``, or ``module.to_torch()``);
+            a function is called with the same inputs. Default: ``None`` (parity checks skip).
+        weight_map (dict, optional): ``{our_name: their_name}`` for names that differ;
+            ``their_name.T`` copies transposed. Default: ``None``.
+        deep (bool, optional): add the deep checks. Default: ``False``.
+        tags (iterable of str, optional): claims: ``causal``, ``recurrent``, ``mixes_batch``,
+            ``stochastic``. Default: none.
+        seed (int, optional): seed of every random tensor the checks draw. Default: ``0``.
+        only (sequence of str, optional): run only these checks. Default: all.
+        slow_cap (int, optional): largest Jacobian slow-mode gradcheck may build. Default: 1e6.
+        batch_dims (dict, optional): input name → batch dim (``None``: shared), where the guess
+            (dim 0; dim 1 for ``batch_first=False`` sequences and recurrent states) is wrong.
+        reference_output (str, optional): a chain of tensor methods that brings the reference's
+            output to the layer's layout, e.g. ``"flatten(2).transpose(1, 2)"``. Default: ``None``.
+        compile_backend (str, optional): ``torch.compile`` backend of the deep compile check.
+            Default: ``"inductor"``.
+        target (str, optional): the name shown in the report. Default: the class name.
+        forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
+        **kwargs: keyword forward arguments (``attn_mask=…``).
+    """
+    from layerlab.checks.case import Arg, positional_names
+
+    names = positional_names(module, len(inputs))
+    args = [Arg(n, v, False) for n, v in zip(names, inputs)]
+    args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
+    opts = VerifyOptions(deep=deep, seed=seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend)
+    return verify_args(module, args, reference, weight_map, frozenset(tags), opts, target or type(module).__name__,
+                        batch_dims or {}, reference_output)
+
+
+def verify_args(module, args, reference, weight_map, tags, opts: VerifyOptions, target: str,
+                 batch_dims: Dict[str, Optional[int]], reference_output: Optional[str] = None) -> VerifyReport:
+    from layerlab.checks.case import Case, class_path
+    from layerlab.checks.reference import align, with_output_transform
+
+    t0 = time.perf_counter()
+    alignment = with_output_transform(align(module, reference, weight_map), reference_output)
+    case = Case(module=module, args=list(args), target=target, reference=alignment.reference,
+                param_map=alignment.param_map, reference_note=alignment.note, reference_error=alignment.error,
+                tags=tags, seed=opts.seed, batch_dims=dict(batch_dims))
+    results = run_checks(case, opts)
+    return VerifyReport(
+        target=target, module=class_path(module),
+        reference=class_path(reference) if reference is not None else None,
+        checks=results,
+        settings={"seed": opts.seed, "deep": opts.deep, "slow_cap": opts.slow_cap, "tags": sorted(tags),
+                  "compile_backend": opts.compile_backend if opts.deep else None,
+                  "mode": "train" if module.training else "eval", "reference_weights": alignment.note or None,
+                  "inputs": {a.name: _describe(a.value) for a in args}},
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _describe(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return [_describe(v) for v in value]
+    return repr(value) if not isinstance(value, (bool, int, float, str, type(None))) else value
+
+
+def run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
+    """Run the selected checks on ``case``; a layer that does not run skips the rest."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    try:
+        return _run_checks(case, opts)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
+    table = _registry()
+    results: List[CheckResult] = []
+    broken: Optional[CheckResult] = None
+    for name in opts.selected():
+        if broken is not None and name != "runs":
+            results.append(CheckResult(name, Status.SKIP, "skipped: the layer does not run (see runs)"))
+            continue
+        t0 = time.perf_counter()
+        try:
+            result = table[name](case, opts)
+        except Exception as exc:
+            if os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no"):
+                raise
+            frames = traceback.extract_tb(exc.__traceback__)
+            last = frames[-1] if frames else None
+            result = CheckResult(
+                name, Status.FAIL, f"the check raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+                where=f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno} ({last.name})" if last else None,
+                hint="the layer fails under this check's conditions (float64, eval mode, one sample, …); "
+                     "LAYERLAB_DEBUG=1 shows the traceback",
+                details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
+        result.seconds = time.perf_counter() - t0
+        results.append(result)
+        if name == "runs" and result.status == Status.FAIL and result.details.get("exception"):
+            broken = result
+    return results

@@ -1,0 +1,148 @@
+"""``layerlab inspect SPEC.yaml``: build a layer from a spec, run it forward and backward, show every step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from typing import Annotated
+
+from layerlab.cli.options import DeviceOpt, DtypeOpt, JsonOpt, SeedOpt
+from layerlab.errors import CheckFailed, UsageError
+
+SpecArg = Annotated[str, typer.Argument(
+    metavar="SPEC",
+    help="A YAML spec (see the README, 'The YAML spec'), or a layerlab registry name such as conv2d.",
+    show_default=False,
+)]
+InputShapeOpt = Annotated[Optional[List[str]], typer.Option(
+    "--input-shape",
+    help="Replace an input's shape: 2,3,32,32 (the first input) or query=2,10,64. Repeatable.",
+)]
+ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="train or eval (the spec's mode otherwise; default train).")]
+BackwardOpt = Annotated[bool, typer.Option("--backward/--no-backward", help="Run backward too (default: yes).")]
+DepthOpt = Annotated[Optional[int], typer.Option("--depth", min=0, help="Fold modules nested deeper than N (root = 0).")]
+SvgOpt = Annotated[Optional[Path], typer.Option("--svg", help="Also save what is shown as SVG.", dir_okay=False)]
+HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also save what is shown as HTML.", dir_okay=False)]
+AllowImportOpt = Annotated[bool, typer.Option(
+    "--allow-import", help="Allow layers given as import paths (my_module:MyLayer): importing runs their code.",
+)]
+
+
+def _input_shapes(values: Optional[List[str]]):
+    from layerlab.cli.parse import int_tuple
+
+    out = []
+    for text in values or []:
+        name, sep, body = text.partition("=")
+        if not sep:
+            name, body = None, text
+        dims = int_tuple(body, "--input-shape", minimum=0)
+        out.append((name.strip() if name else None, list(dims) if isinstance(dims, tuple) else [dims]))
+    return out
+
+
+def _dtype(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    from layerlab.spec.schema import DTYPE_ALIASES, FLOAT_DTYPES, did_you_mean
+
+    name = DTYPE_ALIASES.get(value.strip(), value.strip()).replace("torch.", "")
+    if name not in FLOAT_DTYPES:
+        raise UsageError(f"--dtype must be a floating dtype, got {value!r}", where="--dtype",
+                         expected=", ".join(FLOAT_DTYPES), got=value, hint=did_you_mean(name, FLOAT_DTYPES))
+    return name
+
+
+def _load(spec: str, overrides, allow_import: bool):
+    from layerlab.spec import load_spec, spec_from_registry
+
+    path = Path(spec)
+    if path.exists() or path.suffix.lower() in (".yaml", ".yml") or "/" in spec or "\\" in spec:
+        return load_spec(spec, allow_import=allow_import, overrides=overrides)
+    from layerlab import registry
+
+    try:
+        registry.get(spec)
+    except UsageError as exc:
+        raise UsageError(
+            f"{spec!r} is neither a spec file nor a layerlab registry name", where="SPEC",
+            expected="a .yaml file or a registry name", got=spec, hint=exc.hint or "check the file name",
+        ) from None
+    return spec_from_registry(spec, overrides=overrides)
+
+
+def command(
+    spec: SpecArg,
+    device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    seed: SeedOpt = None,
+    input_shape: InputShapeOpt = None,
+    mode: ModeOpt = None,
+    backward: BackwardOpt = True,
+    depth: DepthOpt = None,
+    json: JsonOpt = False,
+    svg: SvgOpt = None,
+    html: HtmlOpt = None,
+    allow_import: AllowImportOpt = False,
+) -> int:
+    """Run a layer or block forward and backward, and show every step: shapes, values,
+    gradients, formula checks — and, when it breaks, where and why.
+
+    Exit codes: 0 all good, 1 the layer raised or a check failed, 2 bad spec or options.
+    """
+    from layerlab.cli.output import Output
+    from layerlab.spec import Overrides, build
+
+    if mode is not None and mode not in ("train", "eval"):
+        raise UsageError(f"--mode must be train or eval, got {mode!r}", where="--mode", expected="train | eval", got=mode)
+    overrides = Overrides(
+        device=device, dtype=_dtype(dtype), seed=seed, mode=mode,
+        backward=None if backward else False, input_shapes=_input_shapes(input_shape),
+    )
+    loaded = _load(spec, overrides, allow_import)
+    built = build(loaded)
+
+    from layerlab.probe.run import inspect
+
+    report = inspect(
+        built.module, *built.args, backward=built.backward, seed=built.seed, mode=built.mode,
+        forward_kwargs=built.kwargs,
+    )
+    out = Output(json_mode=json, record=bool(svg or html))
+    if json:
+        out.json(report)
+    else:
+        from layerlab.cli.render_inspect import render
+
+        out.show(*render(report, depth=depth, title=loaded.title or f"layerlab inspect {spec}"))
+        if svg:
+            out.save_svg(str(svg), title=f"layerlab inspect {spec}")
+        if html:
+            out.save_html(str(html))
+    if json and (svg or html):
+        out.warn("--svg/--html save the human view; with --json nothing was drawn, so nothing was saved")
+    if not report.ok:
+        out.error(_verdict(report))
+        return 1
+    return 0
+
+
+def _verdict(report) -> CheckFailed:
+    f = report.failure
+    if f is not None:
+        d = f.diagnosis
+        who = f.class_name or "the model"
+        return CheckFailed(
+            f"{who} raised {f.exception} in the {f.phase}", where=f.path or None,
+            expected=d.expected if d else None, got=d.got if d else None,
+            hint=d.hint if d and d.hint else "see the failure panel above",
+        )
+    failed = report.checks_failed
+    if failed:
+        c = failed[0]
+        return CheckFailed(f"{len(failed)} formula check(s) failed, first at {c.path}", where=c.path,
+                           expected=c.predicted, got=c.actual, hint=c.note)
+    p = report.errors[0]
+    return CheckFailed(p.message, where=p.where, hint=p.hint)

@@ -1,0 +1,241 @@
+"""Per-call forward records from module hooks, and per-tensor gradient norms from tensor hooks.
+
+:class:`Recorder` puts a forward pre-hook and a forward hook (both ``with_kwargs=True``) on every
+submodule. The pre-hook opens a :class:`CallRecord` (a row per call: a module called twice, or a
+cell run in a loop, gets one row per call) and describes the inputs; the forward hook describes
+the outputs and closes the record. A call whose forward raises is never closed, so after an
+exception the innermost open call is the one that failed.
+
+Each distinct tensor (identity plus ``_version``, so an in-place op makes a new one) is a *slot*:
+its statistics are computed once, and one tensor hook records the norm of the gradient that
+reaches it. A ``Sequential``'s output is its last child's output, and a module's input is mostly
+the previous module's output, so most inputs cost nothing.
+
+Nothing here keeps a tensor alive after the call that saw it: slots hold weak references, and
+the inputs of running calls are released when the call returns. Gradient hooks are tensor hooks,
+not ``register_full_backward_hook`` (which wraps every output in an extra autograd node, changes
+``grad_fn`` and breaks in-place ops downstream).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect as pyinspect
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from layerlab.probe.report import CallRecord, TensorInfo
+from layerlab.probe.stats import l2_norm, tensor_stats
+
+
+class ProbeBug(Exception):
+    """An error inside layerlab's own hooks: re-raised as a bug, never blamed on the model."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
+_DTYPE_NAMES: Dict[torch.dtype, str] = {}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+@functools.lru_cache(maxsize=None)
+def forward_arg_names(cls: type) -> Tuple[str, ...]:
+    """The positional parameter names of ``cls.forward`` (without ``self``)."""
+    try:
+        sig = pyinspect.signature(cls.forward)
+    except (TypeError, ValueError):
+        return ()
+    kinds = (pyinspect.Parameter.POSITIONAL_ONLY, pyinspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in sig.parameters.values() if p.kind in kinds]
+    return tuple(names[1:] if names and names[0] == "self" else names)
+
+
+def _plain_value(value: Any) -> Any:
+    """A JSON-friendly stand-in for a non-tensor argument (small values as they are)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)) and len(value) <= 8 and all(
+        isinstance(v, (bool, int, float, str, type(None))) for v in value
+    ):
+        return list(value)
+    text = repr(value)
+    return text if len(text) <= 40 else type(value).__name__
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter
+        return -1
+
+
+def _holds_tensors(values) -> bool:
+    return any(isinstance(v, (torch.Tensor, tuple, list, dict)) for v in values)
+
+
+def flatten(value: Any, name: str = "", depth: int = 0):
+    """Yield ``(name, leaf)`` for every element of nested tuples, lists, dicts and namedtuples.
+
+    A sequence of plain values (``output_size=[12, 12]``) is one leaf.
+    """
+    if isinstance(value, torch.Tensor) or depth > 4:
+        yield name, value
+    elif isinstance(value, (tuple, list)) and not _holds_tensors(value):
+        yield name, value
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        for field_name, v in zip(value._fields, value):
+            yield from flatten(v, f"{name}.{field_name}", depth + 1)
+    elif isinstance(value, (tuple, list)) and value and len(value) <= 64:
+        for i, v in enumerate(value):
+            yield from flatten(v, f"{name}[{i}]", depth + 1)
+    elif isinstance(value, dict) and value and len(value) <= 64:
+        for k, v in value.items():
+            yield from flatten(v, f"{name}[{k}]", depth + 1)
+    else:
+        yield name, value
+
+
+class Recorder:
+    """Records every module call of ``root``; :meth:`install` / :meth:`remove` the hooks.
+
+    Args:
+        root: the model.
+        stats: compute value statistics of inputs and outputs.
+        grads: put a gradient hook on every tensor that requires grad.
+    """
+
+    def __init__(self, root: torch.nn.Module, *, stats: bool = True, grads: bool = True) -> None:
+        self.root = root
+        self.stats = stats
+        self.grads = grads
+        self.calls: List[CallRecord] = []
+        self.modules: List[torch.nn.Module] = []
+        self.live: Dict[int, Tuple[tuple, dict]] = {}
+        self.stack: List[int] = []
+        self.slot_stats: List[Optional[tuple]] = []
+        self.slot_grads: List[Optional[torch.Tensor]] = []
+        self.slot_producer: List[Optional[int]] = []
+        self.grad_order: List[int] = []
+        self._slots: Dict[int, Tuple[Any, int, int]] = {}
+        self._counts: Dict[int, int] = {}
+        self._info: Dict[int, Tuple[str, int, int, int]] = {}
+        self._handles: list = []
+        self._ended = 0
+
+    # -- installation ----------------------------------------------------------------------------
+    def install(self) -> None:
+        for path, module in self.root.named_modules():
+            params = list(module.parameters())
+            self._info[id(module)] = (
+                path,
+                path.count(".") + 1 if path else 0,
+                sum(p.numel() for p in params),
+                sum(p.numel() for p in params if p.requires_grad),
+            )
+            self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post, with_kwargs=True))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.live.clear()
+
+    # -- slots -----------------------------------------------------------------------------------
+    def _slot_of(self, t: torch.Tensor) -> Optional[int]:
+        entry = self._slots.get(id(t))
+        if entry is not None and entry[0]() is t and entry[1] == _version(t):
+            return entry[2]
+        return None
+
+    def _new_slot(self, t: torch.Tensor, producer: Optional[int]) -> int:
+        slot = len(self.slot_stats)
+        self._slots[id(t)] = (weakref.ref(t), _version(t), slot)
+        self.slot_stats.append(tensor_stats(t) if self.stats else None)
+        self.slot_grads.append(None)
+        self.slot_producer.append(producer)
+        if self.grads and t.requires_grad:
+            self._handles.append(t.register_hook(functools.partial(self._on_grad, slot)))
+        return slot
+
+    def _on_grad(self, slot: int, grad: torch.Tensor) -> None:
+        try:
+            self.slot_grads[slot] = l2_norm(grad)
+            self.grad_order.append(slot)
+        except Exception as exc:  # pragma: no cover - a bug in layerlab, not in the model
+            raise ProbeBug(exc) from exc
+
+    def _describe(self, name: str, value: Any, producer: Optional[int]) -> TensorInfo:
+        if not isinstance(value, torch.Tensor):
+            return TensorInfo(name=name, value=_plain_value(value))
+        slot = self._slot_of(value)
+        if slot is None:
+            slot = self._new_slot(value, producer)
+        fn = value.grad_fn
+        return TensorInfo(
+            name=name,
+            shape=list(value.shape),
+            dtype=dtype_name(value.dtype),
+            device=str(value.device),
+            requires_grad=value.requires_grad,
+            grad_fn=type(fn).__name__ if fn is not None else None,
+            source=self.slot_producer[slot] if producer is None else None,
+            slot=slot,
+        )
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def _pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        try:
+            index = len(self.calls)
+            key = id(module)
+            count = self._counts[key] = self._counts.get(key, 0) + 1
+            path, depth, params, trainable = self._info[key]
+            record = CallRecord(
+                index=index, path=path, class_name=type(module).__name__, depth=depth, call=count,
+                parent=self.stack[-1] if self.stack else None, training=module.training,
+                params=params, trainable=trainable, status="running",
+            )
+            names = forward_arg_names(type(module))
+            inputs = []
+            for i, arg in enumerate(args):
+                base = names[i] if i < len(names) else f"args[{i}]"
+                inputs.extend(self._describe(n, v, None) for n, v in flatten(arg, base))
+            for key_name, arg in kwargs.items():
+                inputs.extend(self._describe(n, v, None) for n, v in flatten(arg, key_name))
+            record.inputs = inputs
+            self.calls.append(record)
+            self.modules.append(module)
+            self.stack.append(index)
+            self.live[index] = (args, kwargs)
+        except Exception as exc:
+            raise ProbeBug(exc) from exc
+
+    def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        try:
+            index = self.stack.pop()
+            while self.modules[index] is not module:  # a child raised and this module caught it
+                self.calls[index].status = "raised"
+                self.live.pop(index, None)
+                index = self.stack.pop()
+            record = self.calls[index]
+            record.outputs = [self._describe(n, v, index) for n, v in flatten(output, "")]
+            record.status = "ok"
+            record.end = self._ended
+            self._ended += 1
+            self.live.pop(index, None)
+        except Exception as exc:
+            raise ProbeBug(exc) from exc
+
+    def open_calls(self) -> List[int]:
+        """Indices of the calls that started and never finished, outermost first."""
+        return list(self.stack)

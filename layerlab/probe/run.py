@@ -1,0 +1,260 @@
+"""``layerlab.inspect``: run a module forward and backward once, with probes, and report every step.
+
+(This module is ``layerlab.probe.run`` rather than ``layerlab.inspect`` so that the submodule never
+shadows the function on the package.)
+
+    >>> import torch, layerlab
+    >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    >>> report = layerlab.inspect(model, torch.randn(2, 3, 16, 16))
+    >>> report.ok, report.call("0").outputs[0].shape, report.checks[0].steps[0]
+    (True, [2, 8, 14, 14], 'H: (16 + 2·0 − 3) // 1 + 1 = 14')
+
+The report keeps shapes, dtypes, devices, ``grad_fn`` and small statistics of every module
+call's inputs and outputs, gradient norms after a backward pass, formula checks for conv/pool-type
+layers and, when the forward or backward raises, the failing call with an explanation. It never
+keeps the activations. Hooks are removed and every submodule's train/eval flag restored on the
+way out, also when the model raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Dict, Optional
+
+from layerlab.errors import UsageError
+
+__all__ = ["inspect"]
+
+
+def inspect(
+    module: Any,
+    *inputs: Any,
+    backward: bool = True,
+    loss: Optional[Callable[[Any], Any]] = None,
+    seed: int = 0,
+    mode: Optional[str] = None,
+    stats: bool = True,
+    vanish: float = 1e-6,
+    explode: float = 1e4,
+    forward_kwargs: Optional[Dict[str, Any]] = None,
+    **kwargs: Any,
+):
+    """Run ``module(*inputs, **kwargs)`` (and a backward pass) with probes; return the report.
+
+    Args:
+        module (nn.Module): the layer or model.
+        *inputs: positional forward arguments.
+        backward (bool, optional): also run backward. Default: ``True``.
+        loss (callable, optional): ``loss(output) -> scalar tensor``. Default: a seeded random
+            projection of every differentiable output, scaled so the output gradient has norm 1
+            (see :mod:`layerlab.probe.backward`).
+        seed (int, optional): seed of that projection and of the global RNG during the run (so
+            dropout masks are reproducible); the global RNG state is restored afterwards.
+            ``None`` leaves the RNG alone (and draws the projection from seed 0). Default: ``0``.
+        mode (str, optional): ``"train"`` or ``"eval"`` for the run; ``None`` keeps the module's
+            own flags. Restored afterwards either way. Default: ``None``.
+        stats (bool, optional): compute value statistics. Default: ``True``.
+        vanish, explode (float, optional): a gradient norm below ``vanish`` or above ``explode``
+            times the gradient norm at the output is flagged. Default: ``1e-6``, ``1e4``.
+        forward_kwargs (dict, optional): keyword arguments for forward whose names clash with the
+            ones above.
+        **kwargs: keyword arguments for forward (``attn_mask=…``).
+
+    Returns:
+        :class:`~layerlab.probe.report.InspectReport`. A layer that raises does not raise here:
+        ``report.failure`` says where and why, and ``report.ok`` is false.
+    """
+    import torch
+
+    from layerlab.probe.hooks import ProbeBug, Recorder
+
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError(
+            "layerlab.inspect needs a torch.nn.Module", expected="nn.Module", got=type(module).__name__,
+            hint="wrap a function in a small nn.Module, or pass the model itself",
+        )
+    if mode not in (None, "train", "eval"):
+        raise UsageError("mode must be 'train' or 'eval'", where="mode", expected="train | eval", got=mode)
+    fwd_kwargs = {**(forward_kwargs or {}), **kwargs}
+    flags = [(m, m.training) for m in module.modules()]
+    recorder = Recorder(module, stats=stats, grads=backward)
+    failure = None
+    timing: Dict[str, float] = {}
+    back = None
+    try:
+        if mode is not None:
+            module.train(mode == "train")
+        used_mode = _mode_name(module)
+        recorder.install()
+        with _seeded(seed, [*module.parameters(), *inputs, *fwd_kwargs.values()]):
+            start = time.perf_counter()
+            try:
+                output = module(*inputs, **fwd_kwargs)
+            except ProbeBug as bug:
+                raise bug.original from None
+            except Exception as exc:  # the model raised: that is a finding, not an error of ours
+                failure = _forward_failure(recorder, exc)
+                output = None
+            timing["forward_s"] = time.perf_counter() - start
+            if backward and failure is None:
+                start = time.perf_counter()
+                back, failure = _backward(module, output, [*inputs, *fwd_kwargs.values()], recorder, loss, seed or 0)
+                timing["backward_s"] = time.perf_counter() - start
+            del output
+    finally:
+        recorder.remove()
+        for m, flag in flags:
+            m.training = flag
+    start = time.perf_counter()
+    report = _assemble(module, recorder, used_mode, failure, back, backward, vanish, explode)
+    timing["report_s"] = time.perf_counter() - start
+    report.timing = timing
+    return report
+
+
+@contextlib.contextmanager
+def _seeded(seed: Optional[int], values: list):
+    """Run with the global RNG seeded (dropout masks reproducible), then put it back as it was.
+
+    ``values`` (parameters and inputs) say which CUDA devices' generators to fork too.
+    """
+    if seed is None:
+        yield
+        return
+    import torch
+
+    devices = sorted({v.device.index or 0 for v in values
+                      if isinstance(v, torch.Tensor) and v.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
+        # not torch.manual_seed: on a CPU-only build it still queues a CUDA seeding with a
+        # formatted stack trace, which costs more than a small model's forward
+        torch.default_generator.manual_seed(seed)
+        for index in devices:
+            torch.cuda.default_generators[index].manual_seed(seed)
+        yield
+
+
+def _mode_name(module) -> str:
+    flags = {m.training for m in module.modules()}
+    return "train" if flags == {True} else "eval" if flags == {False} else "mixed"
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 2000 else text[:2000] + " …"
+
+
+def _forward_failure(recorder, exc: BaseException):
+    from layerlab.probe.blame import diagnose
+    from layerlab.probe.report import Failure
+
+    open_calls = recorder.open_calls()
+    failure = Failure(phase="forward", exception=type(exc).__name__, message=_message(exc))
+    if not open_calls:
+        return failure
+    for index in open_calls:
+        recorder.calls[index].status = "unfinished"
+    index = open_calls[-1]
+    call = recorder.calls[index]
+    call.status = "raised"
+    args, kwargs = recorder.live.get(index, ((), {}))
+    failure.call, failure.path, failure.class_name = index, call.path, call.class_name
+    failure.inputs = call.inputs
+    failure.chain = [recorder.calls[i].label for i in open_calls]
+    failure.diagnosis = diagnose(recorder.modules[index], args, kwargs, exc)
+    return failure
+
+
+def _backward(module, output, inputs, recorder, loss, seed):
+    """Run backward; return ``(state, failure)`` where state holds what the report needs."""
+    from layerlab.probe.backward import differentiable_outputs, grad_targets, run_backward
+    from layerlab.probe.hooks import ProbeBug
+    from layerlab.probe.report import BackwardInfo
+
+    params, leaves = grad_targets(module, inputs)
+    targets = [p for _, p in params] + leaves
+    state = {"info": BackwardInfo(ran=False, loss="none"), "grads": None}
+    if loss is None and not differentiable_outputs(output):
+        state["info"].skipped = (
+            "no floating output requires grad (no trainable parameter or grad-requiring input "
+            "reaches it, or the forward ran under torch.no_grad)"
+        )
+        return state, None
+    if not targets:
+        state["info"].skipped = "nothing to differentiate: no trainable parameter and no input with requires_grad"
+        return state, None
+    try:
+        value, grads, description = run_backward(output, targets, loss=loss, seed=seed)
+    except ProbeBug as bug:
+        raise bug.original from None
+    except Exception as exc:  # autograd (or the user's loss) raised
+        return state, _backward_failure(recorder, exc, loss)
+    state["info"] = BackwardInfo(ran=True, loss=description, loss_value=value)
+    state["grads"] = {name: g for (name, _), g in zip(params, grads)}
+    return state, None
+
+
+def _backward_failure(recorder, exc: BaseException, loss):
+    """Blame the innermost call whose output got its gradient but whose inputs did not."""
+    from layerlab.probe.report import Failure
+
+    failure = Failure(phase="backward" if loss is None else "backward (or the loss)",
+                      exception=type(exc).__name__, message=_message(exc))
+    arrived = set(recorder.grad_order)
+    candidates = []
+    for call in recorder.calls:
+        outs = [o.slot for o in call.outputs if o.requires_grad]
+        ins = [i.slot for i in call.inputs if i.requires_grad]
+        if outs and ins and any(s in arrived for s in outs) and not all(s in arrived for s in ins):
+            candidates.append(call)
+    if candidates:
+        call = min(candidates, key=lambda c: c.end if c.end is not None else -1)
+        failure.call, failure.path, failure.class_name = call.index, call.path, call.class_name
+        failure.inputs = call.inputs
+        failure.chain = [call.label]
+    return failure
+
+
+def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
+    from layerlab.probe import assemble as A
+    from layerlab.probe.report import BackwardInfo, InspectReport
+
+    infos = [info for call in recorder.calls for info in (*call.inputs, *call.outputs)]
+    A.fill_tensor_stats(recorder, infos)
+    root = recorder.calls[0] if recorder.calls and recorder.calls[0].path == "" else None
+    outputs = root.outputs if root is not None else []
+    info = back["info"] if back else BackwardInfo(
+        ran=False, loss="none", skipped="--no-backward" if not backward else "the forward raised"
+    )
+    scale = A.output_grad_scale(outputs) if info.ran else None
+    info.output_grad_norm = scale
+    scale = scale or 1.0
+    params = A.param_records(
+        module, back["grads"] if back else None, scale=scale, vanish=vanish, explode=explode
+    )
+    problems = []
+    first_nan = A.first_nonfinite_forward(recorder.calls)
+    if first_nan is not None:
+        problems.append(first_nan)
+    if info.ran:
+        bad_grad = A.first_nonfinite_backward(recorder.calls)
+        if bad_grad is not None:
+            problems.append(bad_grad)
+        problems += A.activation_grad_problems(recorder.calls, scale, vanish, explode)
+        problems += A.param_problems(params, recorder.calls, vanish, explode)
+    total, trainable = A.totals(module)
+    return InspectReport(
+        model=type(module).__name__,
+        mode=mode,
+        inputs=root.inputs if root is not None else [],
+        outputs=outputs,
+        calls=recorder.calls,
+        params=params,
+        checks=A.formula_checks(recorder),
+        problems=problems,
+        backward=info,
+        failure=failure,
+        total_params=total,
+        trainable_params=trainable,
+    )

@@ -1,0 +1,217 @@
+"""Cost of ``layerlab.inspect`` next to a plain forward + backward, on three reference models.
+
+    python tests/benchmarks/bench_inspect.py            # all three, default repeats
+    python tests/benchmarks/bench_inspect.py --repeats 30 --models cnn lstm
+
+Models (train mode, float32, CPU unless --device):
+
+* cnn          3 conv-bn-relu stages + pool + linear, input 16×3×64×64
+* transformer  nn.TransformerEncoder, 6 layers, d_model 256, 8 heads, batch_first, input 8×128×256
+* lstm         nn.LSTM, 2 layers, hidden 128, batch_first, input 16×50×64
+
+"plain" is ``out = model(x)`` then ``torch.autograd.backward(outs, grads)`` with fixed random
+output gradients (the same loss ``⟨out, R⟩`` inspect differentiates). Before every run of either
+variant, outside what is measured, every ``.grad`` is set to None (so plain's backward allocates
+its gradients as inspect's ``autograd.grad`` does, and neither run starts with the other's). "inspect" is ``layerlab.inspect(model, x)`` with its defaults (statistics, backward,
+formula checks, report assembly — the whole call).
+
+Time: both variants alternate in one process (warm-up first), the median of ``--repeats`` runs
+each, ratio = median(inspect) / median(plain). Wall time and CPU time of the process are both
+reported: on a shared machine wall time includes waiting for a core, CPU time does not (with one
+intra-op thread it is the work done; with more it also counts threads spinning at barriers).
+
+Memory: tracemalloc does not see torch's CPU allocations, so each model runs in a fresh
+subprocess with ``MALLOC_MMAP_THRESHOLD_=65536`` (every tensor-sized block is its own mmap and
+goes back to the OS when freed, so resident memory follows live tensor bytes). After a warm-up of
+both variants, the kernel's peak-RSS counter is reset (``/proc/self/clear_refs``), one variant
+runs, and peak − baseline RSS is its peak extra memory. Medians over ``--mem-repeats``; ratio =
+inspect / plain. On CUDA the same is done with ``torch.cuda.max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+def make_model(name: str):
+    if name == "cnn":
+        def stage(cin, cout):
+            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2)]
+
+        model = nn.Sequential(*stage(3, 32), *stage(32, 64), *stage(64, 128),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+        x = torch.randn(16, 3, 64, 64)
+    elif name == "transformer":
+        layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, batch_first=True)
+        model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+        x = torch.randn(8, 128, 256)
+    elif name == "lstm":
+        model = nn.LSTM(64, 128, num_layers=2, batch_first=True)
+        x = torch.randn(16, 50, 64)
+    else:
+        raise SystemExit(f"unknown model {name!r}")
+    return model.train(), x
+
+
+def _flat(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for o in out for t in _flat(o)]
+
+
+class Plain:
+    """Forward + backward with fixed output gradients."""
+
+    def __init__(self, model, x):
+        self.model, self.x = model, x
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            outs = _flat(model(x))
+        self.grads = [torch.randn(o.shape, generator=gen).to(o.device, o.dtype) for o in outs]
+
+    def __call__(self):
+        outs = _flat(self.model(self.x))
+        torch.autograd.backward(outs, self.grads)
+
+
+def run_inspect(model, x):
+    import layerlab
+
+    return layerlab.inspect(model, x)
+
+
+def _reset_grads(model) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def _sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_model(name: str, repeats: int, device: str) -> dict:
+    torch.manual_seed(0)
+    model, x = make_model(name)
+    model, x = model.to(device), x.to(device)
+    plain = Plain(model, x)
+    variants = {"plain": plain, "inspect": lambda: run_inspect(model, x)}
+    for fn in variants.values():  # warm-up: allocator, oneDNN primitives, autograd threads
+        for _ in range(2):
+            fn()
+    times = {k: [] for k in variants}
+    cpu = {k: [] for k in variants}
+    for r in range(repeats):
+        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for key in order:
+            _reset_grads(model)
+            _sync(device)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            variants[key]()
+            _sync(device)
+            times[key].append(time.perf_counter() - start)
+            cpu[key].append(time.process_time() - start_cpu)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    return {"plain_s": med["plain"], "inspect_s": med["inspect"], "time_ratio": med["inspect"] / med["plain"],
+            "cpu_ratio": med_cpu["inspect"] / med_cpu["plain"]}
+
+
+# -- memory (run in a fresh subprocess) ---------------------------------------------------------
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(key)
+
+
+def _peak_extra(fn, device: str) -> int:
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    base = _status("VmRSS")
+    fn()
+    return _status("VmHWM") - base
+
+
+def memory_child(name: str, repeats: int, device: str) -> dict:
+    import layerlab.probe.run  # noqa: F401  (imports are not per-run memory)
+    import layerlab.probe.assemble  # noqa: F401
+
+    torch.manual_seed(0)
+    model, x = make_model(name)
+    model, x = model.to(device), x.to(device)
+    plain = Plain(model, x)
+    variants = {"plain": plain, "inspect": lambda: run_inspect(model, x)}
+    for fn in variants.values():
+        for _ in range(2):
+            fn()
+    peaks = {k: [] for k in variants}
+    for r in range(repeats):
+        for key in (variants if r % 2 == 0 else reversed(list(variants))):
+            _reset_grads(model)
+            peaks[key].append(_peak_extra(variants[key], device))
+    med = {k: statistics.median(v) for k, v in peaks.items()}
+    return {"plain_bytes": med["plain"], "inspect_bytes": med["inspect"],
+            "mem_ratio": med["inspect"] / med["plain"] if med["plain"] else float("nan")}
+
+
+def memory_model(name: str, repeats: int, device: str) -> dict:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    cmd = [sys.executable, __file__, "--child", name, "--mem-repeats", str(repeats), "--device", device,
+           "--threads", str(torch.get_num_threads())]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="*", default=["cnn", "transformer", "lstm"])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--mem-repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.child:
+        print(json.dumps(memory_child(args.child, args.mem_repeats, args.device)))
+        return 0
+    print(f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} threads, "
+          f"{args.repeats} timed repeats, {args.mem_repeats} memory repeats")
+    header = (f"{'model':<12} {'plain ms':>9} {'inspect ms':>11} {'time ×':>7} {'cpu ×':>6} "
+              f"{'plain MB':>9} {'inspect MB':>11} {'mem ×':>6}")
+    print(header)
+    print("-" * len(header))
+    for name in args.models:
+        t = time_model(name, args.repeats, args.device)
+        m = memory_model(name, args.mem_repeats, args.device)
+        print(f"{name:<12} {1e3 * t['plain_s']:9.1f} {1e3 * t['inspect_s']:11.1f} {t['time_ratio']:7.3f} "
+              f"{t['cpu_ratio']:6.3f} "
+              f"{m['plain_bytes'] / 2**20:9.1f} {m['inspect_bytes'] / 2**20:11.1f} {m['mem_ratio']:6.3f}", flush=True)
+    print("targets: time × ≤ 1.2, mem × ≤ 1.1")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""``layerlab inspect``: exit codes first (output as the failure message), then stdout/stderr."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+BROKEN = {"broken_block.yaml"}
+
+
+def test_help(run):
+    code, out, err = run("inspect", "--help")
+    assert code == 0, err
+    assert "SPEC" in out and "--no-backward" in out and "--allow-import" in out
+
+
+def test_configs_exist():
+    names = {p.name for p in CONFIGS}
+    assert {"conv2d.yaml", "cnn_block.yaml", "lstm.yaml", "gru.yaml", "mha_causal.yaml",
+            "transformer_preln.yaml", "vit_patch.yaml", "broken_block.yaml"} <= names
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_config_runs(run, config):
+    code, out, err = run("inspect", str(config))
+    if config.name in BROKEN:
+        assert code == 1, out + err
+        assert "forward failed in" in out and "fix:" in out
+        assert "error:" in err
+    else:
+        assert code == 0, out + err
+        assert "Forward" in out and "Summary" in out and "OK" in out
+    assert "Traceback" not in out + err
+
+
+def test_conv2d_output(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "conv2d.yaml"))
+    assert code == 0, out + err
+    assert "(2, 16, 16, 16)" in out
+    assert "H: (32 + 2·1 − 3) // 2 + 1 = 16" in out
+    assert "1 passed, 0 failed" in out
+    assert err == ""
+
+
+def test_broken_block_names_the_layer_and_the_fix(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "broken_block.yaml"))
+    assert code == 1, out + err
+    assert "forward failed in 4 (Linear)" in out
+    assert "Linear expects last dim = in_features = 1024, got 4096" in out
+    assert "set in_features=4096" in out
+    assert "error: Linear raised RuntimeError in the forward (4)" in err
+
+
+def test_json_is_the_whole_report(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "lstm.yaml"), "--json")
+    assert code == 0, out + err
+    data = json.loads(out)
+    assert data["ok"] is True and data["schema"] == 1
+    root = data["calls"][0]
+    assert root["class_name"] == "LSTM"
+    assert [o["name"] for o in root["outputs"]] == ["[0]", "[1][0]", "[1][1]"]
+    assert root["outputs"][0]["stats"]["numel"] == 4 * 20 * 64
+    assert data["backward"]["ran"] is True
+    assert {p["name"] for p in data["params"]} >= {"weight_ih_l0", "weight_hh_l1"}
+
+
+def test_json_failure_exit_1(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "broken_block.yaml"), "--json")
+    assert code == 1, out + err
+    data = json.loads(out)
+    assert data["ok"] is False
+    assert data["failure"]["path"] == "4"
+    assert data["failure"]["diagnosis"]["hint"].startswith("set in_features=4096")
+    error = json.loads(err)
+    assert error["exit_code"] == 1 and error["kind"] == "check"
+
+
+def test_depth_folds_nested_modules(run):
+    path = str(ROOT / "configs" / "cnn_block.yaml")
+    code, out, err = run("inspect", path, "--depth", "0", "--no-backward")
+    assert code == 0, out + err
+    forward = out.split("Formula checks")[0]
+    assert "Sequential" in forward and "BatchNorm2d" not in forward
+    code, out, err = run("inspect", path, "--depth", "1", "--no-backward")
+    assert "BatchNorm2d" in out.split("Formula checks")[0]
+
+
+def test_svg_and_html_are_written(run, tmp_path):
+    svg, html = tmp_path / "r.svg", tmp_path / "r.html"
+    code, out, err = run("inspect", str(ROOT / "configs" / "conv2d.yaml"), "--svg", str(svg), "--html", str(html))
+    assert code == 0, out + err
+    assert svg.read_text().lstrip().startswith("<svg") and "Conv2d" in svg.read_text()
+    assert "<html" in html.read_text().lower() and "Formula checks" in html.read_text()
+
+
+def test_options_override_the_spec(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "conv2d.yaml"), "--json", "--dtype", "float64",
+                         "--seed", "3", "--input-shape", "1,3,64,64", "--mode", "eval", "--no-backward")
+    assert code == 0, out + err
+    data = json.loads(out)
+    root = data["calls"][0]
+    assert root["inputs"][0]["shape"] == [1, 3, 64, 64] and root["inputs"][0]["dtype"] == "float64"
+    assert root["outputs"][0]["shape"] == [1, 16, 32, 32]
+    assert data["mode"] == "eval" and data["backward"]["ran"] is False
+
+
+def test_named_input_shape(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "mha_causal.yaml"), "--json", "--no-backward",
+                         "--input-shape", "query=3,10,64")
+    assert code == 0, out + err
+    assert json.loads(out)["calls"][0]["outputs"][0]["shape"] == [3, 10, 64]
+
+
+def test_registry_name_without_a_file(run):
+    from layerlab import registry
+
+    if registry.find("conv2d") is None:
+        pytest.skip("conv2d not registered yet")
+    code, out, err = run("inspect", "conv2d", "--no-backward")
+    assert code == 0, out + err
+    code, out, err = run("inspect", "conv2f")
+    assert code == 2, out + err
+    assert "neither a spec file nor a layerlab registry name" in err and "conv2d" in err
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("layer: Conv2d\nargs: {in_channels: 3, kernel_size: 3\n", "bad.yaml:3:1"),
+        ("layer: Conv2dd\nargs: {}\ninput: [1]\n", "did you mean 'Conv2d'"),
+        ("layer: Linear\nargs: {in_features: 2, out_feature: 3}\ninput: [1, 2]\n", "did you mean 'out_features'"),
+        ("layer: Linear\nargs: {in_features: two, out_features: 3}\ninput: [1, 2]\n", "must be int, got str 'two'"),
+        ("layer: Linear\nargs: {in_features: 2, out_features: 3}\n", "gives no input"),
+        ("layer: os.path:join\ninput: [1]\n", "--allow-import"),
+    ],
+)
+def test_bad_specs_exit_2_without_traceback(run, tmp_path, text, words):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    code, out, err = run("inspect", str(path))
+    assert code == 2, out + err
+    assert words in err
+    assert "Traceback" not in err and out == ""
+    assert str(path) in err
+
+
+def test_bad_options_exit_2(run):
+    conv = str(ROOT / "configs" / "conv2d.yaml")
+    for args, words in ((("--mode", "training"), "--mode must be train or eval"),
+                        (("--dtype", "int8"), "--dtype must be a floating dtype"),
+                        (("--input-shape", "2,x"), "--input-shape expects"),
+                        (("--input-shape", "nope=2,3"), "no input called 'nope'")):
+        code, out, err = run("inspect", conv, *args)
+        assert code == 2, out + err
+        assert words in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_unavailable_device_is_exit_2(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "conv2d.yaml"), "--device", "cuda")
+    assert code == 2, out + err
+    assert "cannot move the model to device 'cuda'" in err
+
+
+def test_missing_file_exit_2(run):
+    code, out, err = run("inspect", "no/such/spec.yaml")
+    assert code == 2, out + err
+    assert "no such spec file" in err
+
+
+def test_console_script_end_to_end():
+    proc = subprocess.run([sys.executable, "-m", "layerlab", "inspect", "configs/conv2d.yaml"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Formula checks" in proc.stdout
