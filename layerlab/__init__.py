@@ -20,6 +20,8 @@ _LAZY = {
     "load_spec": "layerlab.spec:load_spec",
     "verify": "layerlab.checks.run:verify",
     "gradcheck": "layerlab.checks.run:verify",
+    "export_check": "layerlab.deploy.run:export_check",
+    "profile": "layerlab.profiling.run:profile",
 }
 
 __all__ = ["__version__", *_LAZY]

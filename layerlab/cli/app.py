@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - older typer uses the click package
 from typing import Annotated
 
 from layerlab._version import __version__
-from layerlab.cli import explain_shape, gradcheck_cmd, inspect_cmd
+from layerlab.cli import explain_shape, export_cmd, gradcheck_cmd, inspect_cmd, profile_cmd
 from layerlab.errors import LayerlabError
 
 app = typer.Typer(
@@ -55,6 +55,8 @@ def _root(
 app.command("explain-shape", no_args_is_help=False)(explain_shape.command)
 app.command("inspect", no_args_is_help=True)(inspect_cmd.command)
 app.command("gradcheck", no_args_is_help=True)(gradcheck_cmd.command)
+app.command("export-check", no_args_is_help=True)(export_cmd.command)
+app.command("profile", no_args_is_help=True)(profile_cmd.command)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

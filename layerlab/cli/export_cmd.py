@@ -1,0 +1,129 @@
+"""``layerlab export-check NAME|SPEC|--all``: does the layer survive trace, script, compile, export and ONNX?
+
+Parse → :mod:`layerlab.deploy.run` → :mod:`layerlab.cli.render_export`. Exit codes: 0 no path
+failed (warnings and skips allowed; with ``--strict`` a warning fails too), 1 a path failed,
+2 bad usage or a bad spec.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+from typing import Annotated
+
+from layerlab.cli.options import DeviceOpt, JsonOpt, SeedOpt
+from layerlab.cli.target_arg import AllowImportOpt, TargetArg, check_target, device_of, resolve, to_device
+from layerlab.errors import UsageError
+
+AllOpt = Annotated[bool, typer.Option("--all", help="Every registry layer: a matrix of layers × paths.")]
+PathsOpt = Annotated[Optional[str], typer.Option(
+    "--paths", metavar="PATHS",
+    help="Run only these paths, comma-separated: trace, script, compile, export, export_dynamic, onnx.",
+    show_default=False)]
+CompileBackendOpt = Annotated[str, typer.Option(
+    "--compile-backend", metavar="NAME",
+    help="torch.compile backend: aot_eager checks full-graph capture quickly; inductor compiles for real "
+         "(tens of seconds per layer on CPU).")]
+StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too (input-specific traces, graph breaks).")]
+RtolOpt = Annotated[Optional[float], typer.Option("--rtol", min=0.0, help="Relative tolerance of output comparisons.",
+                                                  show_default=False)]
+AtolOpt = Annotated[Optional[float], typer.Option("--atol", min=0.0, help="Absolute tolerance of output comparisons.",
+                                                  show_default=False)]
+
+
+def command(
+    target: TargetArg = None,
+    all_layers: AllOpt = False,
+    paths: PathsOpt = None,
+    compile_backend: CompileBackendOpt = "aot_eager",
+    strict: StrictOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    seed: SeedOpt = None,
+    device: DeviceOpt = None,
+    allow_import: AllowImportOpt = False,
+    json: JsonOpt = False,
+) -> int:
+    """Does the layer survive trace, script, compile, export and ONNX — and match eager?
+
+    Tries torch.jit.trace, torch.jit.script, torch.compile(fullgraph=True), torch.export (static and
+    with a dynamic batch) and ONNX → onnxruntime, and compares each program's outputs with eager's.
+
+    A trace that baked in a shape or a Python branch is a [yellow]warning[/], not a pass: it is re-run
+    at another batch size, length and sign of the inputs next to eager.
+
+    [b]Examples[/b]
+
+      layerlab export-check lstm
+      layerlab export-check my_layer.yaml --paths trace,export
+      layerlab export-check --all --json
+
+    Exit codes: 0 no path failed, 1 a path failed (or warned, with --strict), 2 bad usage.
+    """
+    from layerlab.cli.output import Output
+
+    out = Output(json_mode=json)
+    check_target("export-check", target, all_layers)
+    dev = device_of(device)
+    from layerlab.deploy.run import check_all, check_target as run_target, select_paths
+
+    selected = select_paths(_split(paths))  # unknown names: a usage error before any work
+    if compile_backend not in ("aot_eager", "inductor", "eager"):
+        _check_backend(compile_backend)
+    from layerlab.cli import render_export
+
+    if all_layers:
+        from layerlab import registry
+
+        with render_export.progress(out.err, total=len(registry.names())) as advance:
+            matrix = check_all(paths=selected, compile_backend=compile_backend, seed=seed or 0, progress=advance,
+                               device=dev)
+        if out.json_mode:
+            out.json(matrix)
+        else:
+            out.show(*render_export.matrix(matrix, strict=strict))
+        _onnx_note(out, matrix.reports)
+        return 0 if matrix.ok_for(strict) else 1
+    resolved = resolve(target, seed=seed, allow_import=allow_import)
+    resolved.module, resolved.args = to_device(resolved.module, resolved.args, dev)
+    report = run_target(resolved, paths=selected, compile_backend=compile_backend, rtol=rtol, atol=atol)
+    if out.json_mode:
+        out.json(report)
+    else:
+        out.show(*render_export.report(report, strict=strict))
+    _onnx_note(out, [report])
+    return 0 if report.ok_for(strict) else 1
+
+
+def _split(text: Optional[str]) -> Optional[List[str]]:
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UsageError("--paths needs at least one path name", where="--paths", hint="--paths trace,export")
+    return names
+
+
+def _check_backend(name: str) -> None:
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=1)
+        raise UsageError(f"no torch.compile backend called {name!r}", where="--compile-backend",
+                         expected=", ".join(sorted(known)), got=name,
+                         hint=f"did you mean {close[0]!r}?" if close else None)
+
+
+def _onnx_note(out, reports) -> None:
+    """Once, on stderr: the ONNX column was skipped because the extra is not installed."""
+    from layerlab.deploy.onnx import INSTALL_HINT
+
+    for r in reports:
+        for p in r.paths:
+            if p.path == "onnx" and p.details.get("missing"):
+                out.warn(f"the ONNX column needs {' and '.join(p.details['missing'])}", hint=INSTALL_HINT)
+                return

@@ -1,0 +1,152 @@
+"""What every export path shares: the eval-mode layer, its example inputs, eager's outputs, the
+input variants, and the output comparison.
+
+Every path works on its own deep copy of the layer (tracing, scripting and exporting may attach
+state), in eval mode (exported programs are for inference; dropout would make outputs differ),
+under ``torch.no_grad()``. Eager's outputs on each variant are computed once and shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from layerlab.checks.case import Arg, flatten, positional_names
+from layerlab.checks.compare import compare
+from layerlab.deploy.variants import Variant
+
+#: (rtol, atol) per dtype: exported programs may reorder float ops, so looser than assert_close's
+#: float32 default (1.3e-6); the values used are printed with every result
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (2e-2, 1e-3),
+}
+
+_NOT_RUN = object()
+
+
+@dataclass
+class Context:
+    """The layer under test and everything the paths compare against."""
+
+    module: nn.Module
+    args: List[Arg]
+    variants: List[Variant]
+    rtol: float
+    atol: float
+    compile_backend: str = "aot_eager"
+    batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)
+    eager_out: Any = None
+    _variant_out: Dict[str, Any] = field(default_factory=dict)
+
+    def fresh(self) -> nn.Module:
+        """A deep copy of the layer in eval mode."""
+        return copy.deepcopy(self.module).eval()
+
+    def split(self, args: Optional[Sequence[Arg]] = None) -> Tuple[list, dict]:
+        args = self.args if args is None else args
+        return [a.value for a in args if not a.keyword], {a.name: a.value for a in args if a.keyword}
+
+    def as_kwargs(self, args: Optional[Sequence[Arg]] = None) -> Dict[str, Any]:
+        """Every argument by name (positional ones by ``forward``'s parameter names)."""
+        args = self.args if args is None else args
+        pos = [a for a in args if not a.keyword]
+        names = positional_names(self.module, len(pos))
+        out = {n: a.value for n, a in zip(names, pos)}
+        out.update({a.name: a.value for a in args if a.keyword})
+        return out
+
+    def variant_eager(self, variant: Variant) -> Any:
+        """Eager's outputs on ``variant``, computed once; ``None`` if eager itself rejects it."""
+        got = self._variant_out.get(variant.name, _NOT_RUN)
+        if got is _NOT_RUN:
+            try:
+                with torch.no_grad():
+                    pos, kw = self.split(variant.args)
+                    got = self.module_eval(*pos, **kw)
+            except Exception:
+                got = None
+            self._variant_out[variant.name] = got
+        return got
+
+    def module_eval(self, *pos: Any, **kw: Any) -> Any:
+        if not hasattr(self, "_eager"):
+            self._eager = self.fresh()
+        return self._eager(*pos, **kw)
+
+    def compare(self, actual: Any, expected: Any, label: str = "") -> Tuple[bool, List[dict], Optional[str]]:
+        """Compare every output tensor, by position: ``(all equal, comparisons, first problem)``."""
+        exp = [t for _, t in flatten(expected)]
+        names = [p for p, _ in flatten(expected)]
+        act = [t for _, t in flatten(actual)]
+        suffix = f" ({label})" if label else ""
+        if len(act) != len(exp):
+            return False, [], f"returns {len(act)} tensor(s), eager {len(exp)}{suffix}"
+        comps, problem = [], None
+        for name, a, e in zip(names, act, exp):
+            a = a.to(e.device) if isinstance(a, Tensor) and a.device != e.device else a
+            exact = not (e.is_floating_point() or e.is_complex())  # indices, ids, masks: exactly
+            c = compare(a, e, name + suffix, rtol=0.0 if exact else self.rtol, atol=0.0 if exact else self.atol)
+            comps.append(c.to_dict())
+            if not c.ok and problem is None:
+                problem = f"{name} {_short(c)}{suffix}"
+        return problem is None, comps, problem
+
+
+def _short(c) -> str:
+    """One clause for a matrix cell; the full numbers stay in ``comparisons``."""
+    if c.note and c.total == 0:
+        return c.note
+    return (f"differs: max abs diff {c.max_abs_diff:.3g}, {c.mismatched}/{c.total} elements beyond "
+            f"atol {c.atol:g} + rtol {c.rtol:g}·|eager|")
+
+
+def tolerances_for(args: Sequence[Arg], module: nn.Module) -> Tuple[float, float]:
+    dtype = next((t.dtype for a in args for _, t in flatten(a.value) if t.is_floating_point()), None)
+    if dtype is None:
+        dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+    return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+def detached(args: Sequence[Arg]) -> List[Arg]:
+    """The example inputs without autograd history (exports run under no_grad)."""
+    memo: Dict[int, Tensor] = {}
+
+    def go(v: Any) -> Any:
+        if isinstance(v, Tensor):
+            if id(v) not in memo:
+                memo[id(v)] = v.detach()
+            return memo[id(v)]
+        if isinstance(v, tuple):
+            return tuple(go(x) for x in v)
+        if isinstance(v, list):
+            return [go(x) for x in v]
+        if isinstance(v, dict):
+            return {k: go(x) for k, x in v.items()}
+        return v
+
+    return [Arg(a.name, go(a.value), a.keyword) for a in args]
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence what torch prints while exporting (graph dumps, logging, deprecation warnings)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    sink = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)

@@ -1,0 +1,93 @@
+"""The ONNX path: ``torch.onnx.export``, then the model run back through onnxruntime and compared.
+
+An optional extra (``pip install 'layerlab[onnx]'``: onnx, onnxscript, onnxruntime). Without
+onnxruntime the cell is ``skip`` and says how to enable it. With onnxscript the exporter is
+torch's default one (``dynamo=True``: torch.export, then onnxscript's translation); without it,
+the TorchScript-based exporter (``dynamo=False``), whose model is fed to an
+``onnxruntime.InferenceSession`` input by input.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+from typing import Any, Dict, List
+
+import torch
+
+from layerlab.checks.case import flatten
+from layerlab.checks.report import Status
+from layerlab.deploy.context import Context, quiet
+from layerlab.deploy.messages import first_line, user_location
+from layerlab.deploy.report import PathResult
+
+#: how to get the ONNX column (printed when it is missing)
+INSTALL_HINT = "pip install 'layerlab[onnx]'  (onnx, onnxscript, onnxruntime)"
+
+
+def missing() -> List[str]:
+    """The packages the ONNX path needs and cannot import (``onnxscript`` only picks the exporter)."""
+    return [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
+
+
+def has_onnxscript() -> bool:
+    return importlib.util.find_spec("onnxscript") is not None
+
+
+def onnx(ctx: Context) -> PathResult:
+    gone = missing()
+    if gone:
+        return PathResult("onnx", Status.SKIP, f"{' and '.join(gone)} not installed — {INSTALL_HINT}",
+                          hint=INSTALL_HINT, details={"missing": gone})
+    dynamo = has_onnxscript()
+    exporter = "dynamo (torch.export → onnxscript)" if dynamo else "TorchScript-based (dynamo=False)"
+    details: Dict[str, Any] = {"exporter": exporter}
+    module = ctx.fresh()
+    pos, kw = ctx.split()
+    with quiet():
+        try:
+            with torch.no_grad():
+                run = _export_dynamo(module, pos, kw) if dynamo else _export_legacy(module, pos, kw)
+        except Exception as exc:
+            return PathResult("onnx", Status.FAIL, f"torch.onnx.export raised: {first_line(exc)}",
+                              where=user_location(str(exc)), rtol=ctx.rtol, atol=ctx.atol,
+                              hint="an op without an ONNX translation, or a graph torch.export cannot capture "
+                                   "(see the export column)",
+                              details=dict(details, exception=type(exc).__name__, message=str(exc)[:2000]))
+        try:
+            got = run(pos, kw)
+        except Exception as exc:
+            return PathResult("onnx", Status.FAIL, f"onnxruntime raised: {first_line(exc)}", rtol=ctx.rtol,
+                              atol=ctx.atol, details=dict(details, exception=type(exc).__name__,
+                                                          message=str(exc)[:2000]))
+    ok, comps, problem = ctx.compare(got, ctx.eager_out, "example")
+    if not ok:
+        return PathResult("onnx", Status.FAIL, f"onnxruntime's outputs differ from eager: {problem}",
+                          matches_eager=False, comparisons=comps, rtol=ctx.rtol, atol=ctx.atol, details=details)
+    return PathResult("onnx", Status.PASS, "exported; onnxruntime equals eager", matches_eager=True,
+                      comparisons=comps, rtol=ctx.rtol, atol=ctx.atol, details=details)
+
+
+def _export_dynamo(module, pos, kw):
+    program = torch.onnx.export(module, tuple(pos), kwargs=kw or None, dynamo=True, verbose=False)
+
+    def run(p, k):
+        return program(*p, **k)  # ONNXProgram.__call__ runs an onnxruntime InferenceSession
+
+    return run
+
+
+def _export_legacy(module, pos, kw):
+    import onnxruntime as ort
+
+    buf = io.BytesIO()
+    torch.onnx.export(module, tuple(pos), buf, kwargs=kw or None, dynamo=False)
+    session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+
+    def run(p, k):
+        tensors = [t for v in (*p, *k.values()) for _, t in flatten(v)]
+        names = [i.name for i in session.get_inputs()]
+        feeds = {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
+        return tuple(torch.from_numpy(o) for o in session.run(None, feeds))
+
+    return run

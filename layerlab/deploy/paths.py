@@ -1,0 +1,351 @@
+"""One function per export path: run it on the layer, compare with eager, say pass / warn / fail and why.
+
+* ``trace``: ``torch.jit.trace``. Fails if tracing raises or the trace disagrees with eager on the
+  example. Warns when it is input-specific: a TracerWarning (a tensor turned into a Python bool,
+  int or float: the branch or size is frozen), or another batch size, length or sign of the
+  inputs (see :mod:`layerlab.deploy.variants`) where eager runs and the trace raises or differs.
+* ``script``: ``torch.jit.script``: compiles the Python source, so it fails on what TorchScript
+  cannot type; outputs are compared on the example and every variant.
+* ``compile``: ``torch.compile(fullgraph=True)`` with ``backend`` (``aot_eager`` by default: it
+  checks that Dynamo captures one graph and AOTAutograd traces it, without inductor's C++ build;
+  ``inductor`` compiles for real). A graph break is a warning when the layer still compiles with
+  breaks (``fullgraph=False``) and matches eager; the reason is Dynamo's.
+* ``export``: ``torch.export.export`` with static shapes; the exported program's module is run.
+* ``export_dynamic``: the same with every batch dim a ``Dim("batch")``, then run at batch B + 1.
+  Warns when the code specialises the batch size (export refuses the Dim) or the program
+  disagrees at the new batch; fails when even the static export fails.
+* ``onnx``: see :mod:`layerlab.deploy.onnx`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from layerlab.checks.report import Status
+from layerlab.deploy.context import Context, quiet
+from layerlab.deploy.messages import first_line, short_path, user_location
+from layerlab.deploy.report import PathResult
+
+
+def _result(ctx: Context, path: str, status: Status, reason: str, **kw: Any) -> PathResult:
+    return PathResult(path, status, reason, rtol=ctx.rtol, atol=ctx.atol, **kw)
+
+
+def _raised(ctx: Context, path: str, exc: BaseException, what: str, hint: Optional[str] = None) -> PathResult:
+    innermost = "first" if path in ("script", "trace") else "last"
+    return _result(ctx, path, Status.FAIL, f"{what}: {first_line(exc)}", where=user_location(str(exc), innermost),
+                   hint=hint, details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
+
+
+def _check_variants(ctx: Context, run: Callable[..., Any], variants=None) -> tuple:
+    """Run ``run(*pos, **kw)`` on each variant where eager runs: ``(problems, comparisons, tried)``."""
+    problems, comps, tried = [], [], []
+    for v in ctx.variants if variants is None else variants:
+        expected = ctx.variant_eager(v)
+        if expected is None:
+            continue
+        tried.append(v.description)
+        pos, kw = ctx.split(v.args)
+        try:
+            with torch.no_grad():
+                got = run(*pos, **kw)
+        except Exception as exc:
+            problems.append(f"at {v.description} it raises {first_line(exc)}")
+            continue
+        ok, c, problem = ctx.compare(got, expected)
+        comps += c
+        if not ok:
+            problems.append(f"at {v.description} {problem}")
+    return problems, comps, tried
+
+
+def _matches(ctx: Context, got: Any) -> tuple:
+    return ctx.compare(got, ctx.eager_out, "example")
+
+
+# -- torch.jit.trace ---------------------------------------------------------------------------------
+
+def trace(ctx: Context) -> PathResult:
+    module = ctx.fresh()
+    pos, kw = ctx.split()
+    by_name = ctx.as_kwargs() if kw else None
+    with quiet(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.no_grad():
+                if by_name is not None:
+                    traced = torch.jit.trace(module, example_kwarg_inputs=by_name, check_trace=False)
+                else:
+                    traced = torch.jit.trace(module, tuple(pos), check_trace=False)
+        except Exception as exc:
+            return _raised(ctx, "trace", exc, "tracing raised",
+                           hint="torch.jit.trace runs forward once on tensors it records; try torch.export")
+        tracer = _tracer_warnings(caught)
+        if by_name is not None:
+            def run(*p, **k):
+                return traced(**ctx.as_kwargs([*_as_args(p), *_as_args(k, keyword=True)]))
+        else:
+            def run(*p, **k):
+                return traced(*p)
+        try:
+            with torch.no_grad():
+                got = run(*pos, **kw)
+        except Exception as exc:
+            return _raised(ctx, "trace", exc, "the traced module raised on its own example")
+        ok, comps, problem = _matches(ctx, got)
+        details: Dict[str, Any] = {"tracer_warnings": tracer}
+        if not ok:
+            return _result(ctx, "trace", Status.FAIL, f"the trace differs from eager: {problem}", matches_eager=False,
+                           comparisons=comps, details=details)
+        problems, more, tried = _check_variants(ctx, run)
+    details["variants"] = tried
+    where = tracer[0]["where"] if tracer else None
+    hint = ("the trace froze a Python value computed from a tensor (a shape, a branch, a loop count): "
+            "use torch.export with Dim for dynamic sizes, or torch.jit.script")
+    if problems:
+        extra = f"; {len(tracer)} TracerWarning(s)" if tracer else ""
+        return _result(ctx, "trace", Status.WARN, f"input-specific: {problems[0]}{extra}", where=where, hint=hint,
+                       matches_eager=True, comparisons=comps + more, details=dict(details, problems=problems))
+    if tracer:
+        still = f"; at {', '.join(tried)} it still equals eager" if tried else ""
+        return _result(ctx, "trace", Status.WARN, f"TracerWarning: {tracer[0]['message']}{still}", where=where,
+                       hint=hint,
+                       matches_eager=True, comparisons=comps + more, details=details)
+    tail = f" and at {', '.join(tried)}" if tried else ""
+    return _result(ctx, "trace", Status.PASS, f"the trace equals eager on the example{tail}", matches_eager=True,
+                   comparisons=comps + more, details=details)
+
+
+def _as_args(values, keyword: bool = False):
+    from layerlab.checks.case import Arg
+
+    if keyword:
+        return [Arg(k, v, True) for k, v in values.items()]
+    return [Arg(f"_{i}", v, False) for i, v in enumerate(values)]
+
+
+def _tracer_warnings(caught) -> List[Dict[str, Any]]:
+    """TracerWarnings, one per source line: what was frozen and where."""
+    out, seen = [], set()
+    for w in caught:
+        if not issubclass(w.category, torch.jit.TracerWarning):
+            continue
+        key = (w.filename, w.lineno)
+        if key in seen:
+            continue
+        seen.add(key)
+        text = str(w.message).strip().split(". ")[0]
+        out.append({"where": f"{short_path(w.filename)}:{w.lineno}", "message": text})
+    return out
+
+
+# -- torch.jit.script --------------------------------------------------------------------------------
+
+def script(ctx: Context) -> PathResult:
+    with quiet():
+        try:
+            scripted = torch.jit.script(ctx.fresh())
+        except Exception as exc:
+            return _raised(ctx, "script", exc, "scripting raised",
+                           hint="TorchScript needs typed, static Python: annotate arguments, avoid **kwargs, "
+                                "closures and dynamic attributes — or use torch.export")
+        pos, kw = ctx.split()
+        try:
+            with torch.no_grad():
+                got = scripted(*pos, **kw)
+        except Exception as exc:
+            return _raised(ctx, "script", exc, "the scripted module raised on the example")
+        ok, comps, problem = _matches(ctx, got)
+        if not ok:
+            return _result(ctx, "script", Status.FAIL, f"the script differs from eager: {problem}",
+                           matches_eager=False, comparisons=comps)
+        problems, more, tried = _check_variants(ctx, scripted)
+    if problems:
+        return _result(ctx, "script", Status.FAIL, f"the script differs from eager {problems[0]}",
+                       matches_eager=True, comparisons=comps + more, details={"variants": tried, "problems": problems})
+    tail = f" and at {', '.join(tried)}" if tried else ""
+    return _result(ctx, "script", Status.PASS, f"scripted; equals eager on the example{tail}", matches_eager=True,
+                   comparisons=comps + more, details={"variants": tried})
+
+
+# -- torch.compile -----------------------------------------------------------------------------------
+
+def compile(ctx: Context) -> PathResult:  # noqa: A001 - the path's name
+    import torch._dynamo as dynamo
+
+    backend = ctx.compile_backend
+    pos, kw = ctx.split()
+    details: Dict[str, Any] = {"backend": backend}
+    with quiet():
+        dynamo.reset()
+        try:
+            compiled = torch.compile(ctx.fresh(), fullgraph=True, backend=backend)
+            with torch.no_grad():
+                got = compiled(*pos, **kw)
+        except dynamo.exc.Unsupported as exc:
+            return _graph_breaks(ctx, exc, details)
+        except Exception as exc:
+            return _raised(ctx, "compile", exc, f"torch.compile (backend {backend}) raised")
+        ok, comps, problem = _matches(ctx, got)
+        if not ok:
+            dynamo.reset()
+            return _result(ctx, "compile", Status.FAIL, f"compiled output differs from eager: {problem}",
+                           matches_eager=False, comparisons=comps, details=details)
+        batch = [v for v in ctx.variants if v.name == "batch"]
+        problems, more, tried = _check_variants(ctx, compiled, batch)
+        dynamo.reset()
+    details["variants"] = tried
+    if problems:
+        return _result(ctx, "compile", Status.FAIL, f"compiled output differs from eager {problems[0]}",
+                       matches_eager=True, comparisons=comps + more, details=dict(details, problems=problems))
+    return _result(ctx, "compile", Status.PASS, f"one graph (backend {backend}); equals eager"
+                   + (f" also at {tried[0]}" if tried else ""), matches_eager=True, comparisons=comps + more,
+                   details=details)
+
+
+def _graph_breaks(ctx: Context, exc: BaseException, details: Dict[str, Any]) -> PathResult:
+    """fullgraph=True refused: count the breaks with explain, then see if it runs in pieces."""
+    import torch._dynamo as dynamo
+
+    reason = first_line(exc).split(": ", 1)[-1]
+    where = user_location(str(exc))
+    pos, kw = ctx.split()
+    details.update(exception=type(exc).__name__, message=str(exc)[:2000])
+    try:
+        dynamo.reset()
+        explained = dynamo.explain(ctx.fresh())(*pos, **kw)
+        details["graph_breaks"] = max(int(explained.graph_break_count), 0)
+        details["graphs"] = int(explained.graph_count)
+        details["break_reasons"] = [str(getattr(b, "reason", b)).splitlines()[0] for b in explained.break_reasons][:5]
+    except Exception as e:  # explain itself gave up; the fullgraph error is the reason
+        details["explain_error"] = first_line(e)
+    n = details.get("graph_breaks") or 0
+    count = f"{n} graph break(s)" if n else "graph break"
+    try:
+        dynamo.reset()
+        loose = torch.compile(ctx.fresh(), fullgraph=False, backend=ctx.compile_backend)
+        with torch.no_grad():
+            got = loose(*pos, **kw)
+    except Exception as e:
+        dynamo.reset()
+        return _result(ctx, "compile", Status.FAIL, f"{count}: {reason}; without fullgraph it raises {first_line(e)}",
+                       where=where, details=details)
+    ok, comps, problem = _matches(ctx, got)
+    dynamo.reset()
+    hint = "the layer compiles in pieces around the break; remove the break to export one graph"
+    if not ok:
+        return _result(ctx, "compile", Status.FAIL, f"{count}: {reason}; and the pieces differ from eager: {problem}",
+                       where=where, matches_eager=False, comparisons=comps, details=details)
+    return _result(ctx, "compile", Status.WARN, f"{count}: {reason} (runs in pieces, equals eager)", where=where,
+                   hint=hint, matches_eager=True, comparisons=comps, details=details)
+
+
+# -- torch.export ------------------------------------------------------------------------------------
+
+def _export(ctx: Context, dynamic_shapes: Any = None):
+    pos, kw = ctx.split()
+    return torch.export.export(ctx.fresh(), tuple(pos), kwargs=kw or None, dynamic_shapes=dynamic_shapes)
+
+
+def export(ctx: Context) -> PathResult:
+    pos, kw = ctx.split()
+    with quiet():
+        try:
+            program = _export(ctx)
+        except Exception as exc:
+            return _raised(ctx, "export", exc, "torch.export raised",
+                           hint="data-dependent Python control flow needs torch.cond; .item()/int() on tensors "
+                                "needs torch._check")
+        try:
+            with torch.no_grad():
+                got = program.module()(*pos, **kw)
+        except Exception as exc:
+            return _raised(ctx, "export", exc, "the exported program raised on its own example")
+    ok, comps, problem = _matches(ctx, got)
+    if not ok:
+        return _result(ctx, "export", Status.FAIL, f"the exported program differs from eager: {problem}",
+                       matches_eager=False, comparisons=comps)
+    return _result(ctx, "export", Status.PASS, "exported (static shapes); equals eager", matches_eager=True,
+                   comparisons=comps)
+
+
+def export_dynamic(ctx: Context) -> PathResult:
+    batch = next((v for v in ctx.variants if v.name == "batch"), None)
+    if batch is None:
+        return _result(ctx, "export_dynamic", Status.SKIP, "no batched input: nothing to make dynamic")
+    shapes, B = _batch_shapes(ctx)
+    if B < 2:
+        return _result(ctx, "export_dynamic", Status.SKIP, f"batch size {B}: export cannot mark a size < 2 dynamic")
+    with quiet():
+        try:
+            program = _export(ctx, shapes)
+        except Exception as exc:
+            static = None
+            try:
+                _export(ctx)
+            except Exception as exc2:
+                static = exc2
+            if static is not None:
+                return _raised(ctx, "export_dynamic", static, "torch.export raised (static shapes too)")
+            return _result(ctx, "export_dynamic", Status.WARN, f"batch size baked in: {first_line(exc)}",
+                           where=user_location(str(exc)), hint="the forward computes with the batch size as a "
+                           "Python int (reshape(2, …), a loop over samples); use -1 or x.shape[0]",
+                           details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
+        pos, kw = ctx.split()
+        try:
+            with torch.no_grad():
+                got = program.module()(*pos, **kw)
+        except Exception as exc:
+            return _raised(ctx, "export_dynamic", exc, "the exported program raised on its own example")
+        ok, comps, problem = _matches(ctx, got)
+        if not ok:
+            return _result(ctx, "export_dynamic", Status.FAIL, f"the exported program differs from eager: {problem}",
+                           matches_eager=False, comparisons=comps)
+        problems, more, tried = _check_variants(ctx, program.module(), [batch])
+    if problems:
+        return _result(ctx, "export_dynamic", Status.WARN, f"dynamic batch exported, but {problems[0]}",
+                       matches_eager=True, comparisons=comps + more, details={"variants": tried})
+    return _result(ctx, "export_dynamic", Status.PASS, f"batch dim dynamic; equals eager at {B} and {B + 1}",
+                   matches_eager=True, comparisons=comps + more, details={"variants": tried})
+
+
+def _batch_shapes(ctx: Context):
+    """``dynamic_shapes`` by forward parameter name: ``{batch_dim: Dim('batch')}`` per batched tensor."""
+    from layerlab.checks.case import Case, batch_layout
+
+    case = Case(module=ctx.module, args=ctx.args, target="", batch_dims=dict(ctx.batch_dims))
+    B, dims = batch_layout(case, ctx.args)
+    dim = torch.export.Dim("batch")
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            d = dims.get(id(value))
+            return {d: dim} if d is not None else None
+        if isinstance(value, (tuple, list)):
+            return type(value)(spec(v) for v in value)
+        if isinstance(value, dict):
+            return {k: spec(v) for k, v in value.items()}
+        return None
+
+    return {name: spec(v) for name, v in ctx.as_kwargs().items()}, B
+
+
+#: path name → function (the ONNX path is added by :mod:`layerlab.deploy.run`)
+PATH_FUNCTIONS: Dict[str, Callable[[Context], PathResult]] = {
+    "trace": trace,
+    "script": script,
+    "compile": compile,
+    "export": export,
+    "export_dynamic": export_dynamic,
+}
+
+
+def timed(fn: Callable[[Context], PathResult], ctx: Context) -> PathResult:
+    start = time.perf_counter()
+    result = fn(ctx)
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,177 @@
+"""``layerlab.export_check``: which deployment paths a layer survives, and whether their outputs equal eager's.
+
+    >>> import torch, layerlab
+    >>> report = layerlab.export_check(torch.nn.LSTM(8, 16, batch_first=True), torch.randn(4, 7, 8))
+    >>> [(r.path, r.status.value) for r in report.paths]
+    [('trace', 'warn'), ('script', 'fail'), ('compile', 'warn'), ('export', 'pass'), ('export_dynamic', 'pass'),
+     ('onnx', 'pass')]
+
+Paths (:data:`~layerlab.deploy.report.PATHS`): ``torch.jit.trace``, ``torch.jit.script``,
+``torch.compile(fullgraph=True)``, ``torch.export.export`` (static, and with a dynamic batch dim),
+and ONNX run through onnxruntime. See :mod:`layerlab.deploy.paths` for what makes each cell pass,
+warn or fail. The layer runs in eval mode, under ``torch.no_grad()``, on copies: the module and
+inputs passed in are left as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+from layerlab.deploy.report import PATHS, ExportMatrix, ExportReport, PathResult
+from layerlab.errors import UsageError
+
+__all__ = ["export_check", "export_check_args", "check_target", "check_all", "select_paths"]
+
+
+def select_paths(only: Optional[Iterable[str]]) -> List[str]:
+    """The paths to run, in column order; an unknown name is a usage error with did-you-mean."""
+    if not only:
+        return list(PATHS)
+    names = [n.strip().replace("-", "_") for n in only if n.strip()]
+    unknown = [n for n in names if n not in PATHS]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], PATHS, n=1)
+        raise UsageError(f"no export path called {unknown[0]!r}", where="--paths", expected=", ".join(PATHS),
+                         got=unknown[0], hint=f"did you mean {close[0]!r}?" if close else None)
+    return [p for p in PATHS if p in names]
+
+
+def export_check(module: Any, *inputs: Any, paths: Optional[Sequence[str]] = None,
+                 compile_backend: str = "aot_eager", rtol: Optional[float] = None, atol: Optional[float] = None,
+                 seed: int = 0, target: Optional[str] = None, batch_dims: Optional[Dict[str, Optional[int]]] = None,
+                 forward_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> ExportReport:
+    """Try every export path on ``module(*inputs, **kwargs)``; return an :class:`ExportReport`.
+
+    Args:
+        module (nn.Module): the layer (left unchanged; every path works on a deep copy in eval mode).
+        *inputs: positional forward arguments (the example).
+        paths (sequence of str, optional): run only these (:data:`PATHS`). Default: all.
+        compile_backend (str, optional): ``torch.compile`` backend. ``"aot_eager"`` checks full-graph
+            capture without building C++ (fast); ``"inductor"`` compiles for real. Default: ``"aot_eager"``.
+        rtol, atol (float, optional): tolerances of the output comparisons. Default: per dtype
+            (float32: 1e-4, 1e-5; see :data:`layerlab.deploy.context.TOLERANCES`).
+        seed (int, optional): seed of the variant inputs. Default: ``0``.
+        target (str, optional): the name shown. Default: the class name.
+        batch_dims (dict, optional): input name → batch dim, where the guess is wrong.
+        forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
+        **kwargs: keyword forward arguments (``attn_mask=…``).
+    """
+    from layerlab.checks.case import Arg, positional_names
+
+    names = positional_names(module, len(inputs))
+    args = [Arg(n, v, False) for n, v in zip(names, inputs)]
+    args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
+    return export_check_args(module, args, paths=paths, compile_backend=compile_backend, rtol=rtol, atol=atol,
+                             seed=seed, target=target or type(module).__name__, batch_dims=batch_dims)
+
+
+def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[str]] = None,
+                      compile_backend: str = "aot_eager", rtol: Optional[float] = None,
+                      atol: Optional[float] = None, seed: int = 0, target: str = "",
+                      batch_dims: Optional[Dict[str, Optional[int]]] = None,
+                      tags: frozenset = frozenset()) -> ExportReport:
+    """:func:`export_check` on ready-made :class:`~layerlab.checks.case.Arg` inputs."""
+    import torch
+
+    from layerlab.checks.case import class_path
+    from layerlab.deploy import paths as P
+    from layerlab.deploy.context import Context, detached, tolerances_for
+    from layerlab.deploy.onnx import onnx
+    from layerlab.deploy.variants import make_variants
+
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError("export_check needs a torch.nn.Module", expected="nn.Module", got=type(module).__name__)
+    selected = select_paths(paths)
+    t0 = time.perf_counter()
+    args = detached(args)
+    d_rtol, d_atol = tolerances_for(args, module)
+    ctx = Context(module=module, args=args, variants=[], rtol=d_rtol if rtol is None else rtol,
+                  atol=d_atol if atol is None else atol, compile_backend=compile_backend,
+                  batch_dims=dict(batch_dims or {}))
+    settings = {"mode": "eval", "compile_backend": compile_backend, "rtol": ctx.rtol, "atol": ctx.atol,
+                "seed": seed, "inputs": {a.name: _describe(a.value) for a in args}}
+    functions: Dict[str, Callable] = dict(P.PATH_FUNCTIONS, onnx=onnx)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # small example tensors: one thread is fastest and keeps runs repeatable
+    try:
+        pos, kw = ctx.split()
+        try:
+            with torch.no_grad():
+                ctx.eager_out = ctx.module_eval(*pos, **kw)
+        except Exception as exc:
+            from layerlab.deploy.messages import first_line
+            from layerlab.checks.report import Status
+
+            reason = f"eager forward raised {first_line(exc)}"
+            results = [PathResult(p, Status.FAIL, reason) for p in selected]
+            return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
+        ctx.variants = make_variants(module, args, seed=seed, batch_dims=batch_dims, tags=tags)
+        settings["variants"] = [v.description for v in ctx.variants]
+        results: List[PathResult] = []
+        for name in selected:
+            try:
+                results.append(P.timed(functions[name], ctx))
+            except Exception as exc:  # a bug in a path function must not hide the other cells
+                if os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no"):
+                    raise
+                from layerlab.checks.report import Status
+                from layerlab.deploy.messages import first_line
+
+                results.append(PathResult(name, Status.FAIL, f"layerlab's check raised {first_line(exc)}",
+                                          hint="LAYERLAB_DEBUG=1 shows the traceback"))
+    finally:
+        torch.set_num_threads(previous)
+    return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
+
+
+def _describe(value: Any) -> Any:
+    from layerlab.checks.run import _describe as describe
+
+    return describe(value)
+
+
+def check_target(resolved, *, paths: Optional[Sequence[str]] = None, compile_backend: str = "aot_eager",
+                 rtol: Optional[float] = None, atol: Optional[float] = None) -> ExportReport:
+    """:func:`export_check` on a :class:`~layerlab.checks.resolve.Resolved` target (registry name or spec)."""
+    return export_check_args(resolved.module, resolved.args, paths=paths, compile_backend=compile_backend,
+                             rtol=rtol, atol=atol, seed=resolved.seed, target=resolved.target,
+                             batch_dims=resolved.batch_dims, tags=resolved.tags)
+
+
+def check_all(names: Optional[Sequence[str]] = None, *, paths: Optional[Sequence[str]] = None,
+              compile_backend: str = "aot_eager", seed: int = 0,
+              progress: Optional[Callable[[str, int, int], None]] = None, device: Any = None) -> ExportMatrix:
+    """Every registry layer (or ``names``), on ``device`` (default: where the spec builds it);
+    ``progress(name, i, n)`` is called before each."""
+    from layerlab import registry
+    from layerlab.checks.report import Status
+    from layerlab.checks.resolve import resolve_entry
+    from layerlab.deploy.messages import first_line
+
+    selected = select_paths(paths)
+    todo = list(names) if names is not None else registry.names()
+    t0 = time.perf_counter()
+    reports = []
+    for i, name in enumerate(todo):
+        if progress is not None:
+            progress(name, i, len(todo))
+        try:
+            resolved = resolve_entry(name, seed=seed)
+            if device is not None:
+                from layerlab.checks.case import map_args
+
+                resolved.module = resolved.module.to(device)
+                resolved.args = map_args(resolved.args, lambda t: t.to(device))
+            reports.append(check_target(resolved, paths=selected, compile_backend=compile_backend))
+        except Exception as exc:  # a layer that cannot be built must not hide the others
+            if os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no"):
+                raise
+            reason = f"the layer could not be built: {first_line(exc)}"
+            reports.append(ExportReport(name, name, [PathResult(p, Status.FAIL, reason) for p in selected]))
+    if progress is not None:
+        progress("", len(todo), len(todo))
+    return ExportMatrix(reports, selected, time.perf_counter() - t0)

@@ -1,0 +1,304 @@
+"""``layerlab.profile``: where a forward + backward step spends its time, memory and FLOPs, per module call.
+
+    >>> import torch, layerlab
+    >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+    ...                             torch.nn.Linear(8 * 14 * 14, 10))
+    >>> report = layerlab.profile(model, torch.randn(4, 3, 16, 16), repeats=5)
+    >>> report.row("0").flops_forward == 2 * 4 * 8 * 14 * 14 * 3 * 3 * 3
+    True
+
+How it measures (see :mod:`layerlab.profiling.hooks` for the hooks):
+
+1. ``warmup`` untimed steps (allocator, oneDNN primitives, autograd threads), plain and profiled.
+2. ``repeats`` timed rounds, each one plain step (no hooks: the real cost) and one profiled step
+   (hooks), alternating which goes first. Every reported time is a median over the rounds.
+3. One measure step under ``FlopCounterMode`` and a saved-tensors hook: FLOPs and activation bytes.
+
+A step is ``out = model(*inputs)`` then ``torch.autograd.backward(outs, grads)`` with fixed, seeded
+output gradients; ``.grad`` of every parameter and input is reset to ``None`` between steps, outside
+what is timed. On CUDA every timed region is bracketed by CUDA events and synchronised; on CPU it
+is wall time (``time.perf_counter``). The profiler's overhead is the profiled step over the plain
+one. The module's train/eval flags are left as they are (the spec's ``mode:``), and hooks are
+removed in ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from layerlab.errors import CheckFailed, UsageError
+from layerlab.profiling.hooks import CudaClock, StepProbe, WallClock
+from layerlab.profiling.report import ProfileReport, ProfileRow, StepTiming
+
+__all__ = ["profile", "profile_args", "Stepper"]
+
+
+def profile(module: Any, *inputs: Any, repeats: int = 10, warmup: int = 3, compile: bool = False,
+            compile_backend: str = "inductor", reference: Any = None, threads: Optional[int] = None,
+            seed: int = 0, target: Optional[str] = None, forward_kwargs: Optional[Dict[str, Any]] = None,
+            **kwargs: Any) -> ProfileReport:
+    """Profile ``module(*inputs, **kwargs)`` forward + backward; return a :class:`ProfileReport`.
+
+    Args:
+        module (nn.Module): the model (its weights and mode are left as they are).
+        *inputs: positional forward arguments.
+        repeats (int, optional): timed rounds; medians are reported. Default: ``10``.
+        warmup (int, optional): untimed steps first. Default: ``3``.
+        compile (bool, optional): also time ``torch.compile(module, backend=compile_backend)``
+            against eager. Default: ``False``.
+        compile_backend (str, optional): Default: ``"inductor"``.
+        reference (nn.Module, optional): a counterpart (``torch.nn.TransformerEncoderLayer``) to time
+            side by side: throughput and memory with the ratio. Default: ``None``.
+        threads (int, optional): torch intra-op threads while measuring (restored after).
+            Default: torch's setting.
+        seed (int, optional): seed of the output gradients. Default: ``0``.
+        target (str, optional): the name shown. Default: the class name.
+        forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
+        **kwargs: keyword forward arguments.
+    """
+    from layerlab.checks.case import Arg, positional_names
+
+    names = positional_names(module, len(inputs))
+    args = [Arg(n, v, False) for n, v in zip(names, inputs)]
+    args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
+    return profile_args(module, args, repeats=repeats, warmup=warmup, compile=compile,
+                        compile_backend=compile_backend, reference=reference, threads=threads, seed=seed,
+                        target=target or type(module).__name__)
+
+
+def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup: int = 3, compile: bool = False,
+                 compile_backend: str = "inductor", reference: Any = None, threads: Optional[int] = None,
+                 seed: int = 0, target: str = "") -> ProfileReport:
+    """:func:`profile` on ready-made :class:`~layerlab.checks.case.Arg` inputs."""
+    from layerlab.checks.case import class_path
+    from layerlab.checks.run import _describe
+
+    if not isinstance(module, torch.nn.Module):
+        raise UsageError("layerlab.profile needs a torch.nn.Module", expected="nn.Module", got=type(module).__name__)
+    if repeats < 1 or warmup < 0:
+        raise UsageError("repeats must be ≥ 1 and warmup ≥ 0", where="--repeats/--warmup",
+                         got={"repeats": repeats, "warmup": warmup})
+    t_start = time.perf_counter()
+    with _threads(threads):
+        stepper = Stepper(module, args, seed=seed)
+        rows, step, backward = _measure(stepper, repeats, warmup)
+        report = ProfileReport(
+            target=target, model=class_path(module), device=str(stepper.device), timer=stepper.clock.name,
+            threads=torch.get_num_threads(), mode=_mode(module), warmup=warmup, repeats=repeats,
+            inputs={a.name: _describe(a.value) for a in args}, backward=backward, rows=rows, step=step,
+        )
+        if not backward:
+            report.notes.append("forward only: no output requires grad (no trainable parameter or input reaches it)")
+        if compile:
+            from layerlab.profiling.compare import compare_compiled
+
+            report.compile = compare_compiled(stepper, repeats=repeats, warmup=warmup, backend=compile_backend)
+        if reference is not None:
+            from layerlab.profiling.compare import compare_reference
+
+            report.reference = compare_reference(stepper, reference, repeats=repeats, warmup=warmup)
+    report.seconds = time.perf_counter() - t_start
+    return report
+
+
+@contextlib.contextmanager
+def _threads(n: Optional[int]):
+    previous = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _mode(module: torch.nn.Module) -> str:
+    flags = {m.training for m in module.modules()}
+    return "train" if flags == {True} else "eval" if flags == {False} else "mixed"
+
+
+def _device(module: torch.nn.Module, args: Sequence[Any]) -> torch.device:
+    from layerlab.checks.case import flatten
+
+    for p in module.parameters():
+        return p.device
+    for a in args:
+        for _, t in flatten(a.value):
+            return t.device
+    return torch.device("cpu")
+
+
+class Stepper:
+    """One model's step, runnable plain or with a probe, timed on the right clock."""
+
+    def __init__(self, module: torch.nn.Module, args: Sequence[Any], *, seed: int = 0) -> None:
+        from layerlab.checks.case import flatten
+
+        self.module = module
+        self.args = list(args)
+        self.device = _device(module, args)
+        self.clock = CudaClock(self.device) if self.device.type == "cuda" else WallClock()
+        self.pos = [a.value for a in args if not a.keyword]
+        self.kw = {a.name: a.value for a in args if a.keyword}
+        self.leaves = [t for a in args for _, t in flatten(a.value) if t.requires_grad and t.is_leaf]
+        try:
+            with torch.random.fork_rng(devices=[]):
+                out = module(*self.pos, **self.kw)
+        except Exception as exc:
+            from layerlab.deploy.messages import first_line
+
+            raise CheckFailed(f"the model raised on its inputs: {first_line(exc)}", where=type(module).__name__,
+                              hint="layerlab inspect shows where and why") from None
+        outs = _grad_outputs(out)
+        gen = torch.Generator().manual_seed(seed)
+        self.grads = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+        self.backward = bool(outs)
+
+    def reset(self) -> None:
+        for p in self.module.parameters():
+            p.grad = None
+        for t in self.leaves:
+            t.grad = None
+
+    def run(self, fn: Optional[Callable] = None, probe: Optional[StepProbe] = None) -> tuple:
+        """One step; return clock readings ``(start, after forward, after backward)``."""
+        clock = self.clock
+        model = self.module if fn is None else fn
+        t0 = clock.now()
+        out = model(*self.pos, **self.kw)
+        outs = _grad_outputs(out)
+        if probe is not None:
+            probe.attach_backward(outs)
+        t1 = clock.now()
+        if self.backward:
+            torch.autograd.backward(outs, self.grads)
+        t2 = clock.now()
+        return t0, t1, t2
+
+    def timed(self, fn: Optional[Callable] = None, probe: Optional[StepProbe] = None) -> tuple:
+        """``(forward_s, backward_s)`` of one step, grads reset first (not timed)."""
+        self.reset()
+        t0, t1, t2 = self.run(fn, probe)
+        self.clock.sync()
+        sec = self.clock.seconds
+        return sec(t0, t1), sec(t1, t2)
+
+
+def _grad_outputs(out: Any) -> List[torch.Tensor]:
+    from layerlab.checks.case import flatten
+
+    return [t for _, t in flatten(out) if t.requires_grad and t.is_floating_point()]
+
+
+def _measure(stepper: Stepper, repeats: int, warmup: int):
+    module = stepper.module
+    probe = StepProbe(module, stepper.clock)
+    plain: List[tuple] = []
+    probed: List[tuple] = []
+    per_row: Dict[tuple, List[tuple]] = {}
+    unattributed: List[float] = []
+    try:
+        for _ in range(warmup):
+            stepper.timed()
+        for r in range(repeats + (1 if warmup else 0)):
+            for variant in (("plain", "probed") if r % 2 == 0 else ("probed", "plain")):
+                if variant == "plain":
+                    result = stepper.timed()
+                    if r or not warmup:
+                        plain.append(result)
+                    continue
+                probe.begin()
+                probe.install()
+                try:
+                    result = stepper.timed(probe=probe)
+                finally:
+                    probe.remove()
+                if r or not warmup:  # round 0 warms the hooks up
+                    probed.append(result)
+                    times = probe.times()
+                    for key, value in times.items():
+                        per_row.setdefault(key, []).append(value)
+                    unattributed.append(result[1] - sum(v[1] for v in times.values()))
+        counts, structure = _count(stepper)
+    finally:
+        probe.remove()
+    rows = _rows(module, structure, per_row, counts)
+    med = statistics.median
+    step_s = med([f + b for f, b in plain])
+    profiled_s = med([f + b for f, b in probed])
+    rows_sum = sum(r.forward_s + r.backward_s for r in rows)
+    for r in rows:
+        r.share = (r.forward_s + r.backward_s) / rows_sum if rows_sum else 0.0
+    step = StepTiming(step_s=step_s, forward_s=med([f for f, _ in plain]), backward_s=med([b for _, b in plain]),
+                      profiled_step_s=profiled_s, overhead=profiled_s / step_s - 1 if step_s else 0.0,
+                      rows_sum_s=rows_sum, rows_error=rows_sum / step_s - 1 if step_s else 0.0,
+                      unattributed_s=med(unattributed) if unattributed else 0.0,
+                      peak_bytes=_peak(stepper), samples_step_s=[f + b for f, b in plain])
+    return rows, step, stepper.backward
+
+
+def _count(stepper: Stepper):
+    """One measure step: FLOPs per call and node, saved bytes per call; the call structure."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    probe = StepProbe(stepper.module, stepper.clock, flops=counter)
+    probe.install()
+    stepper.reset()
+    try:
+        with counter:
+            with probe.saved_tensors():
+                out = stepper.module(*stepper.pos, **stepper.kw)
+            outs = _grad_outputs(out)
+            probe.attach_backward(outs)
+            if stepper.backward:
+                torch.autograd.backward(outs, stepper.grads)
+    finally:
+        probe.remove()
+        stepper.reset()
+    return probe.counts_per_call(), probe.calls
+
+
+def _rows(module: torch.nn.Module, calls, per_row: Dict[tuple, List[tuple]], counts: Dict[tuple, tuple]):
+    named = dict(module.named_modules())
+    med = statistics.median
+    rows: List[ProfileRow] = []
+    index_of: Dict[int, int] = {}
+    seen_params = set()
+    for i, call in enumerate(calls):
+        path, n = call.key
+        mod = named.get(path)
+        samples = per_row.get(call.key, [])
+        f_flops, b_flops, saved, out_bytes = counts.get(call.key, (0, 0, 0, 0))
+        params = 0
+        if mod is not None and path not in seen_params:
+            seen_params.add(path)
+            params = sum(p.numel() * p.element_size() for p in mod.parameters(recurse=False))
+        index_of[i] = len(rows)
+        rows.append(ProfileRow(
+            index=len(rows), path=path, call=n, class_name=type(mod).__name__ if mod is not None else "?",
+            depth=path.count(".") + 1 if path else 0,
+            parent=index_of.get(call.parent) if call.parent is not None else None,
+            forward_s=med([s[0] for s in samples]) if samples else 0.0,
+            backward_s=med([s[1] for s in samples]) if samples else 0.0,
+            forward_incl_s=med([s[2] for s in samples]) if samples else 0.0,
+            backward_incl_s=med([s[3] for s in samples]) if samples else 0.0,
+            flops_forward=int(f_flops), flops_backward=int(b_flops), activation_bytes=int(saved),
+            output_bytes=int(out_bytes), param_bytes=int(params),
+        ))
+    return rows
+
+
+def _peak(stepper: Stepper) -> Optional[int]:
+    if stepper.device.type != "cuda":
+        return None
+    torch.cuda.synchronize(stepper.device)
+    base = torch.cuda.memory_allocated(stepper.device)
+    torch.cuda.reset_peak_memory_stats(stepper.device)
+    stepper.timed()
+    return int(torch.cuda.max_memory_allocated(stepper.device) - base)
