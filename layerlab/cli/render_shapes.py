@@ -96,8 +96,16 @@ def _params(params: dict) -> str:
 
 def inverse(result: InverseResult) -> List[Any]:
     parts: List[Any] = [Text.from_markup(f"[bold]{escape(result.question)}[/]  ({escape(result.op)})")]
+    # Dims with the same question and the same answers are shown once ("H, W: 32 → 16").
+    groups: List[Any] = []
     for dim in result.dims:
-        title = f"{dim.dim}: {dim.input} → {dim.target}"
+        key = (dim.input, dim.target, [c.params for c in dim.candidates], dim.derivation)
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(dim.dim)
+        else:
+            groups.append((key, [dim.dim], dim))
+    for _, names, dim in groups:
+        title = f"{', '.join(names)}: {dim.input} → {dim.target}"
         lines = [f"[dim]{escape(line)}[/]" for line in dim.derivation]
         if dim.candidates:
             t = Table(show_header=False, box=None, pad_edge=False)
