@@ -25,6 +25,11 @@ BackwardOpt = Annotated[bool, typer.Option("--backward/--no-backward", help="Run
 DepthOpt = Annotated[Optional[int], typer.Option("--depth", min=0, help="Fold modules nested deeper than N (root = 0).")]
 SvgOpt = Annotated[Optional[Path], typer.Option("--svg", help="Also save what is shown as SVG.", dir_okay=False)]
 HtmlOpt = Annotated[Optional[Path], typer.Option("--html", help="Also save what is shown as HTML.", dir_okay=False)]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Forward table with every field in its own column (all inputs, dtype, device, "
+                   "requires_grad, grad_fn, params, NaN, Inf, ...), wider than 100 columns: for wide "
+                   "terminals, less -S, --svg/--html.",
+)]
 AllowImportOpt = Annotated[bool, typer.Option(
     "--allow-import", help="Allow layers given as import paths (my_module:MyLayer): importing runs their code.",
 )]
@@ -82,6 +87,7 @@ def command(
     mode: ModeOpt = None,
     backward: BackwardOpt = True,
     depth: DepthOpt = None,
+    wide: WideOpt = False,
     json: JsonOpt = False,
     svg: SvgOpt = None,
     html: HtmlOpt = None,
@@ -114,11 +120,22 @@ def command(
     if json:
         out.json(report)
     else:
-        from layerlab.cli.render_inspect import render
+        from layerlab.cli.render_inspect import WideForward, render
 
-        out.show(*render(report, depth=depth, title=loaded.title or f"layerlab inspect {spec}"))
+        console = out.out
+        normal = widest = console.width
+        title = loaded.title or f"layerlab inspect {spec}"
+        for part in render(report, depth=depth, title=title, wide=wide):
+            if isinstance(part, WideForward):  # whole, lines longer than the terminal, rather than squeezed
+                console.width = widest = max(normal, part.width_needed(console))
+                out.show(part)
+                console.width = normal
+            else:
+                out.show(part)
         if svg:
+            console.width = widest  # the SVG is as wide as its widest line
             out.save_svg(str(svg), title=f"layerlab inspect {spec}")
+            console.width = normal
         if html:
             out.save_html(str(html))
     if json and (svg or html):

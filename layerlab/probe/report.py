@@ -111,6 +111,16 @@ class CallRecord:
     end: Optional[int] = None
 
     @property
+    def tensor_inputs(self) -> List[TensorInfo]:
+        """The inputs that are tensors, in argument order (flags, sizes and ``None`` left out)."""
+        return [i for i in self.inputs if i.is_tensor]
+
+    @property
+    def tensor_outputs(self) -> List[TensorInfo]:
+        """The outputs that are tensors, in the order the returned structure holds them."""
+        return [o for o in self.outputs if o.is_tensor]
+
+    @property
     def label(self) -> str:
         """``encoder.layers.0`` or ``encoder.layers.0 (call 2)`` for a repeated call."""
         name = self.path or "(root)"

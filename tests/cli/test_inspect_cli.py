@@ -178,3 +178,143 @@ def test_console_script_end_to_end():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Formula checks" in proc.stdout
+
+
+# -- the forward table: inputs, requires_grad, --wide -------------------------------------------------
+
+def _shape(dims) -> str:
+    return "(" + ", ".join(map(str, dims)) + ")"
+
+
+def _forward_lines(out: str) -> list:
+    """The lines of the forward table (title, header and rule left out)."""
+    lines = out.split("\nForward")[1].split("\n\n")[0].splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.startswith("───"))
+    return lines[rule + 1:]
+
+
+def _row(lines: list, index: int) -> str:
+    import re
+
+    return next(line for line in lines if re.match(rf"\s*{index}\s", line))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_default_table_shows_inputs_within_100_columns(run, config):
+    from rich.cells import cell_len
+
+    code, out, err = run("inspect", str(config))
+    assert code == (1 if config.name in BROKEN else 0), out + err
+    too_long = [line for line in out.splitlines() if cell_len(line) > 100]
+    assert not too_long, "\n".join(too_long)
+    header = out.split("\nForward")[1].splitlines()[1].split()
+    assert header[:4] == ["#", "module", "input", "output"]
+    assert header[-5:] == ["mean", "std", "min", "max", "zeros"]
+    data = json.loads(run("inspect", str(config), "--json")[1])
+    lines = _forward_lines(out)
+    for call in data["calls"]:
+        row = _row(lines, call["index"])
+        ins = [i for i in call["inputs"] if i["shape"] is not None]
+        assert ins, call["path"]
+        assert _shape(ins[0]["shape"]) in row, row
+        if len(ins) > 1:
+            assert f"+{len(ins) - 1}" in row, row
+        if call["status"] == "ok":
+            assert _shape(call["outputs"][0]["shape"]) in row, row
+
+
+def test_default_table_input_marker_counts_every_tensor_input(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "mha_causal.yaml"))
+    assert code == 0, out + err
+    # query, key, value (one tensor passed three times) and attn_mask: the first and 3 more
+    assert "(2, 10, 64) +3" in _row(_forward_lines(out), 0)
+
+
+SEQUENTIAL_SPEC = """\
+name: small sequential
+block:
+  - ReLU
+  - Linear: {in_features: 8, out_features: 16}
+  - Tanh
+  - Linear: {in_features: 16, out_features: 4, bias: false}
+input: {shape: [2, 8], requires_grad: false}
+dtype: float64
+"""
+
+
+def _real_sequential():
+    """The module SEQUENTIAL_SPEC builds, run on an input like its own: {path: (module, input, output)}."""
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                torch.nn.Linear(16, 4, bias=False)).double()
+    seen = {}
+    for path, module in model.named_modules():
+        module.register_forward_hook(lambda m, args, out, path=path: seen.__setitem__(path, (m, args[0], out)))
+    model(torch.randn(2, 8, dtype=torch.float64))
+    return seen
+
+
+def test_default_table_marks_outputs_that_do_not_require_grad(run, tmp_path):
+    spec = tmp_path / "seq.yaml"
+    spec.write_text(SEQUENTIAL_SPEC)
+    code, out, err = run("inspect", str(spec))
+    assert code == 0, out + err
+    lines = _forward_lines(out)
+    real = _real_sequential()
+    for index, path in enumerate(["", "0", "1", "2", "3"]):
+        row = _row(lines, index)
+        assert ("no grad" in row) == (not real[path][2].requires_grad), row
+    assert "no grad" in _row(lines, 1)  # ReLU of an input that does not require grad
+
+
+def test_wide_table_has_every_field_in_its_own_column(run, tmp_path):
+    import re
+
+    assert "--wide" in run("inspect", "--help")[1]
+    spec = tmp_path / "seq.yaml"
+    spec.write_text(SEQUENTIAL_SPEC)
+    code, out, err = run("inspect", str(spec), "--wide")
+    assert code == 0, out + err
+    header = out.split("\nForward")[1].splitlines()[1].split()
+    assert header == ["#", "path", "class", "inputs", "output", "dtype", "device", "requires_grad", "grad_fn",
+                      "params", "mean", "std", "min", "max", "zeros", "NaN", "Inf"]
+    lines = _forward_lines(out)
+    assert "…" not in "\n".join(lines)  # printed whole, wider than COLUMNS=100, not squeezed
+    real = _real_sequential()
+    rows = {}
+    for line in lines:
+        cells = re.split(r"\s{2,}", line.strip())
+        assert len(cells) == len(header), line
+        rows[cells[1]] = dict(zip(header, cells))
+    assert set(rows) == {"(root)", "0", "1", "2", "3"}
+    for path, (module, x, y) in real.items():
+        row = rows[path or "(root)"]
+        assert row["class"] == type(module).__name__
+        assert row["inputs"] == _shape(x.shape) and row["output"] == _shape(y.shape)
+        assert row["dtype"] == str(y.dtype).replace("torch.", "") == "float64"
+        assert row["device"] == str(y.device)
+        assert row["requires_grad"] == str(y.requires_grad)
+        assert row["grad_fn"] == (type(y.grad_fn).__name__ if y.grad_fn is not None else "—")
+        assert row["params"] == f"{sum(p.numel() for p in module.parameters()):,}"
+        assert row["NaN"] == "0" and row["Inf"] == "0"
+    assert rows["0"]["requires_grad"] == "False" and rows["0"]["grad_fn"] == "—"
+    assert rows["1"]["grad_fn"] == "AddmmBackward0" and rows["1"]["params"] == "144"
+
+
+def test_wide_table_lists_all_tensor_inputs_and_sub_rows(run):
+    code, out, err = run("inspect", str(ROOT / "configs" / "mha_causal.yaml"), "--wide")
+    assert code == 0, out + err
+    lines = _forward_lines(out)
+    root = _row(lines, 0)
+    for name, dims in (("query", [2, 10, 64]), ("key", [2, 10, 64]), ("value", [2, 10, 64]),
+                       ("attn_mask", [10, 10])):
+        assert f"{name} {_shape(dims)}" in root
+    assert "[0] (2, 10, 64)" in root and "16,640" in root
+    assert "[1] (2, 10, 10)" in lines[1] and "└" in lines[1]
+
+
+def test_wide_svg_is_not_cut(run, tmp_path):
+    svg = tmp_path / "wide.svg"
+    code, out, err = run("inspect", str(ROOT / "configs" / "lstm.yaml"), "--wide", "--svg", str(svg))
+    assert code == 0, out + err
+    text = svg.read_text()
+    assert "requires_grad" in text and "StackBackward0" in text
