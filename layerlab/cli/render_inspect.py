@@ -160,7 +160,7 @@ def _shown_outputs(call: CallRecord) -> List[TensorInfo]:
 
 
 #: The module column keeps at least this many cells before the flags column starts to wrap.
-_MODULE_MIN = 20
+_MODULE_MIN = 12  # below this a name says nothing; the stats columns are never cut
 _STATS = ("mean", "std", "min", "max", "zeros")
 
 
