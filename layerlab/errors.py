@@ -10,8 +10,15 @@ This module never imports torch.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+
+def debug_enabled() -> bool:
+    """``LAYERLAB_DEBUG=1``: show tracebacks for known errors too, and let an error inside one
+    check, export path or layer of ``--all`` propagate instead of becoming a failed cell."""
+    return os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no")
 
 
 class LayerlabError(Exception):

@@ -79,6 +79,8 @@ def _output_dims(full: Any, single: Any, B: int) -> Dict[str, int]:
 
 
 def _precheck(case: Case, grad: bool, name: str):
+    """A SKIP result, or ``(module, args, B, dims, out_dims)``: the float64 eval copy, its inputs,
+    the batch size, each input's batch dim and each output's (empty when no output has one)."""
     reason = _by_design(case)
     if reason:
         return CheckResult(name, Status.SKIP, reason), None
@@ -93,7 +95,14 @@ def _precheck(case: Case, grad: bool, name: str):
         return CheckResult(name, Status.SKIP,
                            f"one sample alone does not run ({type(exc).__name__}): are the inputs batched along "
                            f"{batched}? Pass batch_dims={{name: dim or None}} to say", details={"guess": batched}), None
-    return None, (module, args, B, dims, single)
+    with torch.no_grad():
+        out_dims = _output_dims(call(module, args), single, B)
+    return None, (module, args, B, dims, out_dims)
+
+
+def _leaks_into(grad: float, own: float) -> bool:
+    """Is a gradient of ``grad`` on another sample more than rounding, next to ``own`` on its own sample?"""
+    return grad > 1e-12 + 1e-9 * own
 
 
 def _leaks(module: Any, args: Sequence[Arg], dims: Dict[int, Optional[int]], B: int, out_dims: Dict[str, int],
@@ -120,7 +129,7 @@ def _leaks(module: Any, args: Sequence[Arg], dims: Dict[int, Optional[int]], B: 
                     if j == i:
                         continue
                     leak = float(g.select(dn, j).abs().max())
-                    if leak > 1e-12 + 1e-9 * own:
+                    if _leaks_into(leak, own):
                         found.append({"output": path, "sample": i, "input": name, "other_sample": j,
                                       "max_abs_grad": leak, "own_max_abs_grad": own})
     return found
@@ -131,10 +140,7 @@ def batch_independence(case: Case, opts: Any = None) -> CheckResult:
     early, ctx = _precheck(case, True, "batch_independence")
     if early:
         return early
-    module, args, B, dims, single = ctx
-    with torch.no_grad():
-        full = call(module, args)
-    out_dims = _output_dims(full, single, B)
+    module, args, B, dims, out_dims = ctx
     details: Dict[str, Any] = {"batch_size": B, "mode": "eval", "dtype": "float64", "output_batch_dims": out_dims,
                                "notes": _notes(case)}
     if not out_dims:
@@ -213,7 +219,7 @@ def _mixing_submodule(case: Case, module: nn.Module, args: Sequence[Arg], dims: 
                 continue
             dn = fdims[id(t)]
             own = float(g.select(dn, i).abs().max())
-            if any(float(g.select(dn, j).abs().max()) > 1e-12 + 1e-9 * own for j in range(B) if j != i):
+            if any(_leaks_into(float(g.select(dn, j).abs().max()), own) for j in range(B) if j != i):
                 return name
     return None
 
@@ -245,9 +251,7 @@ def batch_consistency(case: Case, opts: Any = None) -> CheckResult:
     early, ctx = _precheck(case, False, "batch_consistency")
     if early:
         return early
-    module, args, B, dims, single = ctx
-    with torch.no_grad():
-        out_dims = _output_dims(call(module, args), single, B)
+    module, args, B, dims, out_dims = ctx
     details: Dict[str, Any] = {"batch_size": B, "mode": "eval", "dtype": "float64", "notes": _notes(case)}
     if not out_dims:
         return CheckResult("batch_consistency", Status.SKIP, "no output has a batch dimension", details=details)

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import Tensor
@@ -77,6 +77,22 @@ def gradgradcheck(case: Case, opts: Any = None) -> CheckResult:
                        details=details)
 
 
+def _compare_outputs(expected: Any, actual: Any, gen: torch.Generator,
+                     **tolerances: Any) -> Tuple[List[Any], Any, Any]:
+    """Compare every float output of ``actual`` with ``expected``'s, by path: ``(comparisons,
+    loss_expected, loss_actual)``, the losses weighting both outputs by the same random tensors
+    (``0`` when no output needs a gradient) so that their backward passes compare too."""
+    comps = []
+    loss_e, loss_a = 0, 0
+    got = dict(float_leaves(actual))
+    for path, y in float_leaves(expected):
+        comps.append(compare(got.get(path), y, path, **tolerances))
+        if y.requires_grad and path in got:
+            g = randn_like(y, gen)
+            loss_e, loss_a = loss_e + (y * g).sum(), loss_a + (got[path] * g).sum()
+    return comps, loss_e, loss_a
+
+
 def _strided(t: Tensor) -> Tensor:
     """The same values as ``t`` in a non-contiguous view whose gaps are poisoned."""
     if t.dim() == 0:
@@ -101,15 +117,7 @@ def noncontiguous(case: Case, opts: Any = None) -> CheckResult:
     if all(t.is_contiguous() for _, t in grad_inputs(strided)) and not grad_inputs(strided):
         return CheckResult("noncontiguous", Status.SKIP, "no input to make non-contiguous")
     out_a, out_b = call(module, args), call(module, strided)
-    gen = generator(case.seed, 10)
-    comps = []
-    la, lb = float_leaves(out_a), dict(float_leaves(out_b))
-    loss_a, loss_b = 0, 0
-    for path, y in la:
-        comps.append(compare(lb.get(path), y, path, dtype=torch.float64))
-        if y.requires_grad and path in lb:
-            g = randn_like(y, gen)
-            loss_a, loss_b = loss_a + (y * g).sum(), loss_b + (lb[path] * g).sum()
+    comps, loss_a, loss_b = _compare_outputs(out_a, out_b, generator(case.seed, 10), dtype=torch.float64)
     ia, ib = grad_inputs(args), grad_inputs(strided)
     if isinstance(loss_a, Tensor) and ia:
         ga = torch.autograd.grad(loss_a, [t for _, t in ia], allow_unused=True)
@@ -182,16 +190,9 @@ def compile_parity(case: Case, opts: Any = None) -> CheckResult:
                            "compiled (data-dependent Python control flow, unsupported ops)",
                            details={"backend": backend})
     out_e = call(eager, args_e)
-    comps = []
-    le, lc = float_leaves(out_e), dict(float_leaves(out_c))
-    gen = generator(case.seed, 11)
-    loss_e, loss_c = 0, 0
-    for path, y in le:
-        comps.append(compare(lc.get(path), y, path, dtype=dtype, rtol=1e-4 if dtype == torch.float32 else None,
-                             atol=1e-5 if dtype == torch.float32 else None))
-        if y.requires_grad and path in lc:
-            g = randn_like(y, gen)
-            loss_e, loss_c = loss_e + (y * g).sum(), loss_c + (lc[path] * g).sum()
+    comps, loss_e, loss_c = _compare_outputs(out_e, out_c, generator(case.seed, 11), dtype=dtype,
+                                             rtol=1e-4 if dtype == torch.float32 else None,
+                                             atol=1e-5 if dtype == torch.float32 else None)
     if isinstance(loss_e, Tensor):
         te = [t for _, t in grad_inputs(args_e)] + [p for _, p in trainable(eager)]
         tc = [t for _, t in grad_inputs(args_c)] + [p for _, p in trainable(compiled_src)]

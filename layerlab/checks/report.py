@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
@@ -28,6 +28,14 @@ class Status(str, enum.Enum):
 
     def __str__(self) -> str:  # "fail", not "Status.FAIL", in f-strings
         return self.value
+
+
+def status_counts(results: Iterable[Any]) -> Dict[str, int]:
+    """``{"pass": n, "fail": n, "warn": n, "skip": n}`` over results that have a ``status``."""
+    out = {s.value: 0 for s in Status}
+    for r in results:
+        out[Status(r.status).value] += 1
+    return out
 
 
 @dataclass
@@ -94,10 +102,7 @@ class VerifyReport:
         raise KeyError(f"no check {name!r} in this report; ran: {[c.name for c in self.checks]}")
 
     def counts(self) -> Dict[str, int]:
-        out = {s.value: 0 for s in Status}
-        for c in self.checks:
-            out[Status(c.status).value] += 1
-        return out
+        return status_counts(self.checks)
 
     def to_dict(self) -> dict:
         return {

@@ -15,20 +15,19 @@ with ``deep=True`` also ``gradgradcheck``, ``noncontiguous``, ``determinism`` an
 Checks that do not apply are skipped with the reason. Nothing is changed on the module or the
 inputs passed in: every check works on copies.
 
-:mod:`layerlab.checks.targets` builds the module, inputs and reference for a registry layer
-(``verify_entry``), a YAML spec (``verify_spec``) and every registry layer (``verify_all``).
+:mod:`layerlab.checks.targets` verifies a registry layer (``verify_entry``), a YAML spec
+(``verify_spec``) and every registry layer (``verify_all``), as :mod:`layerlab.checks.resolve` builds them.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from layerlab.checks.report import CheckResult, Status, VerifyReport
-from layerlab.errors import UsageError
+from layerlab.errors import UsageError, debug_enabled
 
 __all__ = ["verify", "run_checks", "VerifyOptions", "CHECK_NAMES", "DEEP_CHECK_NAMES"]
 
@@ -213,7 +212,7 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
         try:
             result = table[name](case, opts)
         except Exception as exc:
-            if os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no"):
+            if debug_enabled():
                 raise
             frames = traceback.extract_tb(exc.__traceback__)
             last = frames[-1] if frames else None

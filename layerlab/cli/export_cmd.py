@@ -7,12 +7,13 @@ failed (warnings and skips allowed; with ``--strict`` a warning fails too), 1 a 
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import typer
 from typing import Annotated
 
 from layerlab.cli.options import DeviceOpt, JsonOpt, SeedOpt
+from layerlab.cli.parse import name_list
 from layerlab.cli.target_arg import AllowImportOpt, TargetArg, check_target, device_of, resolve, to_device
 from layerlab.errors import UsageError
 
@@ -68,7 +69,7 @@ def command(
     dev = device_of(device)
     from layerlab.deploy.run import check_all, check_target as run_target, select_paths
 
-    selected = select_paths(_split(paths))  # unknown names: a usage error before any work
+    selected = select_paths(name_list(paths, "--paths", "path name", "trace,export"))  # unknown names: a usage error before any work
     if compile_backend not in ("aot_eager", "inductor", "eager"):
         _check_backend(compile_backend)
     from layerlab.cli import render_export
@@ -94,15 +95,6 @@ def command(
         out.show(*render_export.report(report, strict=strict))
     _onnx_note(out, [report])
     return 0 if report.ok_for(strict) else 1
-
-
-def _split(text: Optional[str]) -> Optional[List[str]]:
-    if text is None:
-        return None
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise UsageError("--paths needs at least one path name", where="--paths", hint="--paths trace,export")
-    return names
 
 
 def _check_backend(name: str) -> None:

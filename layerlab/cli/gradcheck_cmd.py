@@ -6,14 +6,14 @@ passed (warnings and skips allowed), 1 a check failed, 2 bad usage or a bad spec
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 from typing import Annotated
 
 from layerlab.cli.options import JsonOpt, SeedOpt
-from layerlab.errors import UsageError
+from layerlab.cli.parse import name_list
+from layerlab.cli.target_arg import AllowImportOpt, check_target, resolve
 
 TargetArg = Annotated[Optional[str], typer.Argument(
     metavar="[NAME|SPEC]",
@@ -34,8 +34,6 @@ CompileBackendOpt = Annotated[str, typer.Option(
     "--compile-backend", metavar="NAME",
     help="torch.compile backend of --deep's compile check (inductor compiles for real and can take a minute; "
          "aot_eager is quick).")]
-AllowImportOpt = Annotated[bool, typer.Option(
-    "--allow-import", help="Allow layers given as import paths in a spec (importing runs their code).")]
 
 
 def command(
@@ -62,13 +60,8 @@ def command(
     from layerlab.cli.output import Output
 
     out = Output(json_mode=json)
-    checks = _only(only)
-    if all_layers and target is not None:
-        raise UsageError("give a layer or --all, not both", where="--all", got=target,
-                         hint=f"layerlab gradcheck {target}  or  layerlab gradcheck --all")
-    if not all_layers and target is None:
-        raise UsageError("which layer?", where="NAME|SPEC", expected="a registry name, a spec file, or --all",
-                         hint="layerlab gradcheck lstm  ·  layerlab gradcheck --all")
+    checks = name_list(only, "--only", "check name", "forward_parity,gradcheck")
+    check_target("gradcheck", target, all_layers)
     from layerlab.checks import targets
     from layerlab.checks.run import VerifyOptions
 
@@ -77,18 +70,9 @@ def command(
     if all_layers:
         return _run_all(out, deep=deep, seed=seed or 0, only=checks, slow_cap=slow_cap, verbose=verbose,
                         compile_backend=compile_backend)
-    if _is_spec(target):
-        if not Path(target).is_file():
-            raise UsageError(f"no spec file {target!r}", where="SPEC", got=target,
-                             hint="check the path, or give a registry name (layerlab gradcheck lstm)")
-        report = targets.verify_spec(target, deep=deep, seed=seed, only=checks, slow_cap=slow_cap,
-                                     allow_import=allow_import, compile_backend=compile_backend)
-    else:
-        from layerlab import registry
-
-        registry.get(target)  # did-you-mean on a typo (exit 2)
-        report = targets.verify_entry(target, deep=deep, seed=seed or 0, only=checks, slow_cap=slow_cap,
-                                      compile_backend=compile_backend)
+    resolved = resolve(target, seed=seed, allow_import=allow_import, strict=True, example="layerlab gradcheck lstm")
+    report = targets.verify_resolved(resolved, deep=deep, only=checks, slow_cap=slow_cap,
+                                     compile_backend=compile_backend)
     if out.json_mode:
         out.json(report)
     else:
@@ -96,20 +80,6 @@ def command(
 
         out.show(*render_gradcheck.report(report, verbose=verbose))
     return 0 if report.ok else 1
-
-
-def _is_spec(target: str) -> bool:
-    path = Path(target)
-    return path.suffix.lower() in (".yaml", ".yml") or path.is_file() or "/" in target or "\\" in target
-
-
-def _only(text: Optional[str]) -> Optional[List[str]]:
-    if text is None:
-        return None
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise UsageError("--only needs at least one check name", where="--only", hint="--only forward_parity,gradcheck")
-    return names
 
 
 def _run_all(out, *, deep: bool, seed: int, only, slow_cap: int, verbose: bool, compile_backend: str) -> int:

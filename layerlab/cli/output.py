@@ -7,18 +7,12 @@ renderers in :mod:`layerlab.cli.render` know about Rich; Rich itself is imported
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from typing import Any, Optional
 
-from layerlab.errors import LayerlabError
+from layerlab.errors import LayerlabError, debug_enabled
 from layerlab.serialize import dumps
-
-
-def debug_enabled() -> bool:
-    """``LAYERLAB_DEBUG=1`` shows tracebacks for known errors too."""
-    return os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no")
 
 
 class Output:

@@ -1,4 +1,4 @@
-"""Parsing of command-line values: sizes, int tuples, padding, floats — each error names its flag.
+"""Parsing of command-line values: sizes, int tuples, padding, floats, name lists — each error names its flag.
 
 Accepted forms (documented in ``explain-shape --help``):
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from layerlab.errors import UsageError
 
@@ -51,6 +51,16 @@ def _ints(text: str, flag: str, *, allow_none: bool = False, minimum: Optional[i
             )
         values.append(value)
     return tuple(values)
+
+
+def name_list(text: Optional[str], flag: str, what: str, example: str) -> Optional[List[str]]:
+    """``a,b`` → ``["a", "b"]`` (``None`` stays ``None``); nothing but commas is a usage error."""
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UsageError(f"{flag} needs at least one {what}", where=flag, hint=f"{flag} {example}")
+    return names
 
 
 def int_tuple(text: str, flag: str, *, minimum: Optional[int] = None) -> Union[int, Tuple[int, ...]]:

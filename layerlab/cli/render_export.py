@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, ContextManager, List
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from layerlab.checks.report import Status
+from layerlab.checks.report import Status, status_counts
+from layerlab.cli import render_common as C
 from layerlab.deploy.report import PATH_TITLES, ExportMatrix, ExportReport, PathResult
 
-_MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "bold red"), Status.WARN: ("!", "yellow"),
-         Status.SKIP: ("·", "dim")}
 #: column titles of the matrix
 SHORT = {"trace": "trace", "script": "script", "compile": "compile", "export": "export",
          "export_dynamic": "export(dyn B)", "onnx": "onnx"}
-
-
-def _status(r: PathResult) -> str:
-    mark, style = _MARK[Status(r.status)]
-    return f"[{style}]{mark} {Status(r.status).value}[/]"
 
 
 def _eager(r: PathResult) -> str:
@@ -34,7 +27,7 @@ def report(r: ExportReport, strict: bool = False) -> List[Any]:
     """Header, one row per path (result, outputs = eager, reason, where), the fixes, the verdict."""
     s = r.settings
     parts: List[Any] = [Text.from_markup(f"[bold]export-check {escape(r.target)}[/]  {escape(r.module)}")]
-    inputs = ", ".join(f"{k} {v}" for k, v in (s.get("inputs") or {}).items())
+    inputs = C.inputs(s.get("inputs"))
     sub = [f"inputs: {inputs}" if inputs else "", f"mode: {s.get('mode', 'eval')}",
            f"compile backend: {s.get('compile_backend')}"]
     parts.append(Text.from_markup("[dim]" + escape("  ".join(x for x in sub if x)) + "[/]"))
@@ -49,20 +42,20 @@ def report(r: ExportReport, strict: bool = False) -> List[Any]:
     table.add_column("why", ratio=1)
     for p in r.paths:
         where = f" [dim]({escape(p.where)})[/]" if p.where else ""
-        table.add_row(escape(SHORT.get(p.path, p.path)), _status(p), _eager(p), escape(p.reason) + where)
+        table.add_row(escape(SHORT.get(p.path, p.path)), C.status_cell(p.status), _eager(p),
+                      escape(p.reason) + where)
     parts.append(table)
     legend = "  ".join(f"{SHORT.get(p.path, p.path)} = {PATH_TITLES.get(p.path, p.path)}" for p in r.paths)
     parts.append(Text.from_markup(f"[dim]{escape(legend)}[/]"))
     for p in r.paths:
         if p.hint and p.status in (Status.FAIL, Status.WARN, Status.SKIP):
-            mark, style = _MARK[Status(p.status)]
-            parts.append(Text.from_markup(f"[{style}]{mark}[/] {escape(p.path)}: [cyan]fix:[/] {escape(p.hint)}"))
+            parts.append(Text.from_markup(f"{C.status_mark(p.status)} {escape(p.path)}: [cyan]fix:[/] {escape(p.hint)}"))
     parts.append(_verdict(r.ok_for(strict), r.counts(), r.seconds, strict))
     return parts
 
 
 def _verdict(ok: bool, counts: dict, seconds: float, strict: bool) -> Text:
-    word = "[bold green]ok[/]" if ok else "[bold red]FAILED[/]"
+    word = C.verdict(ok)
     warn = f"{counts['warn']} warning(s)" + (" (counted as failures: --strict)" if strict and counts["warn"] else "")
     return Text.from_markup(f"{word}: {counts['fail']} failed, {counts['pass']} passed, {warn}, "
                             f"{counts['skip']} skipped  [dim]({seconds:.1f} s)[/]")
@@ -70,24 +63,10 @@ def _verdict(ok: bool, counts: dict, seconds: float, strict: bool) -> Text:
 
 def matrix(m: ExportMatrix, strict: bool = False, verbose: bool = True) -> List[Any]:
     """Layers × paths, then the reason of every cell that did not pass."""
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1),
-                  collapse_padding=True)
-    table.add_column("layer", no_wrap=True, min_width=max([len(r.target) for r in m.reports] + [5]))
-    for name in m.path_names:
-        title = SHORT.get(name, name)
-        table.add_column(title, justify="left", no_wrap=True, min_width=len(title))
-    counts = {s.value: 0 for s in Status}
-    for r in m.reports:
-        by = {p.path: p for p in r.paths}
-        cells = []
-        for name in m.path_names:
-            p = by.get(name)
-            if p is None:
-                cells.append("")
-                continue
-            counts[Status(p.status).value] += 1
-            cells.append(_status(p))
-        table.add_row(escape(r.target), *cells)
+    cells = [{p.path: p for p in r.paths if p.path in m.path_names} for r in m.reports]
+    counts = status_counts(p for by in cells for p in by.values())
+    rows = [(r.target, {name: C.status_cell(p.status) for name, p in by.items()}) for r, by in zip(m.reports, cells)]
+    table = C.matrix_table(rows, m.path_names, SHORT, justify="left")
     legend = "  ".join(f"{SHORT.get(n, n)} = {PATH_TITLES[n]}" for n in m.path_names)
     parts: List[Any] = [table, Text.from_markup("[dim]✓ pass (outputs equal eager)  ! warn (input-specific, "
                                                 "graph breaks)  ✗ fail  · skipped[/]"),
@@ -95,13 +74,12 @@ def matrix(m: ExportMatrix, strict: bool = False, verbose: bool = True) -> List[
     for r in m.reports:
         for p in r.paths:
             if p.status == Status.FAIL or (verbose and p.status in (Status.WARN, Status.SKIP)):
-                mark, style = _MARK[Status(p.status)]
                 where = f" ({p.where})" if p.where else ""
-                parts.append(Text.from_markup(f"[{style}]{mark}[/] {escape(r.target)} · {escape(p.path)}: "
+                parts.append(Text.from_markup(f"{C.status_mark(p.status)} {escape(r.target)} · {escape(p.path)}: "
                                               f"{escape(p.reason)}{escape(where)}"))
     n = len(m.reports)
     bad = sum(1 for r in m.reports if not r.ok_for(strict))
-    word = "[bold green]ok[/]" if m.ok_for(strict) else "[bold red]FAILED[/]"
+    word = C.verdict(m.ok_for(strict))
     warn = f"{counts['warn']} warned" + (" (counted as failures: --strict)" if strict and counts["warn"] else "")
     parts.append(Text.from_markup(
         f"{word}: {n} layer{'s' if n != 1 else ''}, {bad} with a failing path · cells: {counts['pass']} passed, "
@@ -109,17 +87,6 @@ def matrix(m: ExportMatrix, strict: bool = False, verbose: bool = True) -> List[
     return parts
 
 
-@contextlib.contextmanager
-def progress(console, total: int) -> Iterator[Callable[[str, int, int], None]]:
+def progress(console, total: int) -> ContextManager[Callable[[str, int, int], None]]:
     """A transient progress bar on ``console`` (stderr); yields the ``progress(name, i, n)`` callback."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("export-check"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                   TimeElapsedColumn(), console=console, transient=True)
-    task = bar.add_task("", total=total)
-
-    def advance(name: str, i: int, n: int) -> None:
-        bar.update(task, completed=i, description=name)
-
-    with bar:
-        yield advance
+    return C.progress(console, total, "export-check")

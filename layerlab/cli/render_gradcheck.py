@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, ContextManager, Dict, List
 
 from rich.markup import escape
 from rich.padding import Padding
@@ -11,19 +10,13 @@ from rich.table import Table
 from rich.text import Text
 
 from layerlab.checks.report import CheckResult, MatrixReport, Status, VerifyReport
+from layerlab.cli import render_common as C
 
-_MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "bold red"), Status.WARN: ("!", "yellow"),
-         Status.SKIP: ("·", "dim")}
 #: short column titles of the --all matrix
 SHORT = {"runs": "run", "forward_parity": "fwd", "backward_parity": "bwd", "gradcheck": "grad",
          "param_grads": "par", "batch_independence": "b-ind", "batch_consistency": "b-con",
          "causality": "caus", "recurrent_state": "state", "masks": "mask", "gradgradcheck": "grad²",
          "noncontiguous": "strd", "determinism": "det", "compile": "comp"}
-
-
-def _status(c: CheckResult) -> str:
-    mark, style = _MARK[Status(c.status)]
-    return f"[{style}]{mark} {Status(c.status).value}[/]"
 
 
 def report(r: VerifyReport, verbose: bool = False) -> List[Any]:
@@ -34,7 +27,7 @@ def report(r: VerifyReport, verbose: bool = False) -> List[Any]:
         head += f" [dim]vs[/] {escape(r.reference)}"
     parts.append(Text.from_markup(head))
     note = r.settings.get("reference_weights")
-    inputs = ", ".join(f"{k} {v}" for k, v in (r.settings.get("inputs") or {}).items())
+    inputs = C.inputs(r.settings.get("inputs"))
     sub = "  ".join(x for x in (f"inputs: {inputs}" if inputs else "", f"mode: {r.settings.get('mode')}",
                                 f"seed {r.settings.get('seed')}", note or "") if x)
     parts.append(Text.from_markup(f"[dim]{escape(sub)}[/]"))
@@ -44,21 +37,20 @@ def report(r: VerifyReport, verbose: bool = False) -> List[Any]:
     table.add_column("what was compared / found")
     table.add_column("where")
     for c in r.checks:
-        table.add_row(c.name, _status(c), escape(c.summary), escape(c.where or ""))
+        table.add_row(c.name, C.status_cell(c.status), escape(c.summary), escape(c.where or ""))
     parts.append(table)
     for c in r.checks:
         if c.status in (Status.FAIL, Status.WARN) or (verbose and c.status == Status.PASS):
             parts.extend(_detail(c))
     counts = r.counts()
-    verdict = "[bold green]ok[/]" if r.ok else "[bold red]FAILED[/]"
     parts.append(Text.from_markup(
-        f"{verdict}: {counts['fail']} failed, {counts['pass']} passed, {counts['warn']} warning(s), "
+        f"{C.verdict(r.ok)}: {counts['fail']} failed, {counts['pass']} passed, {counts['warn']} warning(s), "
         f"{counts['skip']} skipped  [dim]({r.seconds:.2f} s)[/]"))
     return parts
 
 
 def _detail(c: CheckResult) -> List[Any]:
-    mark, style = _MARK[Status(c.status)]
+    mark, style = C.MARK[Status(c.status)]
     lines: List[Any] = [Text.from_markup(f"\n[{style}]{mark} {escape(c.name)}[/]"
                                          + (f"  [dim]at[/] [bold]{escape(c.where)}[/]" if c.where else ""))]
     for text in _numbers(c):
@@ -136,23 +128,9 @@ def _comparison(x: Dict[str, Any]) -> str:
 
 def matrix(m: MatrixReport, verbose: bool = False) -> List[Any]:
     """Layers × checks, then one line per failure (check, where, what)."""
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1),
-                  collapse_padding=True)
-    table.add_column("layer", no_wrap=True, min_width=max([len(r.target) for r in m.reports] + [5]))
-    for name in m.check_names:
-        title = SHORT.get(name, name)
-        table.add_column(title, justify="center", no_wrap=True, min_width=len(title))
-    for r in m.reports:
-        by = {c.name: c for c in r.checks}
-        cells = []
-        for name in m.check_names:
-            c = by.get(name)
-            if c is None:
-                cells.append("")
-                continue
-            mark, style = _MARK[Status(c.status)]
-            cells.append(f"[{style}]{mark}[/]")
-        table.add_row(escape(r.target), *cells)
+    rows = [(r.target, {c.name: C.status_mark(c.status) for c in r.checks})
+            for r in m.reports]
+    table = C.matrix_table(rows, m.check_names, SHORT, justify="center")
     legend = "  ".join(f"{SHORT.get(n, n)} {n}" for n in m.check_names)
     parts: List[Any] = [table, Text.from_markup("[dim]✓ pass  ✗ fail  ! warning  · skipped (does not apply)[/]"),
                         Text.from_markup(f"[dim]{escape(legend)}[/]")]
@@ -163,23 +141,11 @@ def matrix(m: MatrixReport, verbose: bool = False) -> List[Any]:
                 parts.append(Text.from_markup(f"[bold red]✗[/] {escape(r.target)} · {escape(c.name)}{escape(where)}: "
                                               f"{escape(c.summary)}"))
     failed = [r.target for r in m.reports if not r.ok]
-    verdict = "[bold green]ok[/]" if m.ok else "[bold red]FAILED[/]"
-    parts.append(Text.from_markup(f"{verdict}: {len(m.reports)} layer{'s' if len(m.reports) != 1 else ''}, {len(failed)} failed  "
+    parts.append(Text.from_markup(f"{C.verdict(m.ok)}: {len(m.reports)} layer{'s' if len(m.reports) != 1 else ''}, {len(failed)} failed  "
                                   f"[dim]({m.seconds:.1f} s)[/]"))
     return parts
 
 
-@contextlib.contextmanager
-def progress(console, total: int) -> Iterator[Callable[[str, int, int], None]]:
+def progress(console, total: int) -> ContextManager[Callable[[str, int, int], None]]:
     """A progress bar on ``console`` (stderr); yields the ``progress(name, i, n)`` callback."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("gradcheck"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                   TimeElapsedColumn(), console=console, transient=True)
-    task = bar.add_task("", total=total)
-
-    def advance(name: str, i: int, n: int) -> None:
-        bar.update(task, completed=i, description=name)
-
-    with bar:
-        yield advance
+    return C.progress(console, total, "gradcheck")

@@ -21,6 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from layerlab.cli.render_common import shape
 from layerlab.probe.report import CallRecord, InspectReport, TensorInfo
 
 
@@ -43,10 +44,6 @@ def count(n: int) -> str:
     if n == 0:
         return "—"
     return f"{n:,}" if n < 1_000_000 else f"{n / 1e6:.2f}M"
-
-
-def shape(s: Optional[List[int]]) -> str:
-    return "(" + ", ".join(map(str, s)) + ")" if s is not None else "—"
 
 
 def _grad_fn(info: TensorInfo) -> str:

@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from layerlab.cli.render_common import inputs as _inputs
 from layerlab.profiling.report import Comparison, ProfileReport, ProfileRow
 
 
@@ -66,9 +67,8 @@ def _fold(rows: List[ProfileRow], depth: Optional[int]) -> List[ProfileRow]:
 def report(r: ProfileReport, depth: Optional[int] = None, top: Optional[int] = None) -> List[Any]:
     """Header, one row per module call (self times), the step and overhead, then any comparison."""
     parts: List[Any] = [Text.from_markup(f"[bold]profile {escape(r.target)}[/]  {escape(r.model)}")]
-    inputs = ", ".join(f"{k} {v}" for k, v in r.inputs.items())
     parts.append(Text.from_markup("[dim]" + escape(
-        f"inputs: {inputs}  mode: {r.mode}  device: {r.device}  {r.threads} thread(s)  "
+        f"inputs: {_inputs(r.inputs)}  mode: {r.mode}  device: {r.device}  {r.threads} thread(s)  "
         f"median of {r.repeats} (warm-up {r.warmup}), {r.timer}") + "[/]"))
     rows = _fold(r.rows, depth)
     if top is not None:

@@ -10,14 +10,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from layerlab.cli.render_common import shape
 from layerlab.shapes.chain import ChainResult
 from layerlab.shapes.inverse import InverseResult
 from layerlab.shapes.result import Explanation
 from layerlab.shapes.table import SizeTable
-
-
-def _shape(shape: Any) -> str:
-    return "(" + ", ".join(str(x) for x in shape) + ")" if shape is not None else "—"
 
 
 def _notes(ex: Explanation) -> List[Any]:
@@ -47,8 +44,8 @@ def explanation(ex: Explanation) -> List[Any]:
     """Header, one row per dim (formula, numbers, result), the notes, and the error if any."""
     parts: List[Any] = [
         Text.from_markup(
-            f"[bold]{escape(ex.call)}[/]  input {_shape(ex.input_shape)} → "
-            + (f"[bold green]{_shape(ex.output_shape)}[/]" if ex.ok else "[bold red]error[/]")
+            f"[bold]{escape(ex.call)}[/]  input {shape(ex.input_shape)} → "
+            + (f"[bold green]{shape(ex.output_shape)}[/]" if ex.ok else "[bold red]error[/]")
         )
     ]
     if ex.steps:
@@ -128,10 +125,10 @@ def chain(result: ChainResult) -> List[Any]:
     for col in ("#", "op", "input", "output", "notes"):
         t.add_column(col)
     for i, ex in enumerate(result.stages, 1):
-        out = f"[green]{_shape(ex.output_shape)}[/]" if ex.ok else "[red]torch would raise[/]"
-        t.add_row(str(i), escape(ex.call), _shape(ex.input_shape), out, str(len(ex.warnings())) if ex.warnings() else "")
-    final = _shape(result.output_shape) if result.ok else "error"
-    parts: List[Any] = [Text.from_markup(f"[bold]chain[/] {_shape(result.input_shape)} → [bold]{final}[/]"), t]
+        out = f"[green]{shape(ex.output_shape)}[/]" if ex.ok else "[red]torch would raise[/]"
+        t.add_row(str(i), escape(ex.call), shape(ex.input_shape), out, str(len(ex.warnings())) if ex.warnings() else "")
+    final = shape(result.output_shape) if result.ok else "error"
+    parts: List[Any] = [Text.from_markup(f"[bold]chain[/] {shape(result.input_shape)} → [bold]{final}[/]"), t]
     for i, ex in enumerate(result.stages, 1):
         if ex.notes or not ex.ok:
             parts.append(Text(f"stage {i}: {ex.call}", style="bold"))

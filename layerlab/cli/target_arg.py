@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 from typing import Annotated
 
+from layerlab.checks.resolve import to_device  # noqa: F401 - the commands import it from here
 from layerlab.errors import UsageError
 
 TargetArg = Annotated[Optional[str], typer.Argument(
@@ -33,15 +34,20 @@ def check_target(command: str, target: Optional[str], all_layers: bool) -> None:
                          hint=f"layerlab {command} lstm  ·  layerlab {command} --all")
 
 
-def resolve(target: str, *, seed: Optional[int], allow_import: bool):
-    """Build TARGET (a spec file or a registry name) → :class:`~layerlab.checks.resolve.Resolved`."""
+def resolve(target: str, *, seed: Optional[int], allow_import: bool, strict: bool = False,
+            example: str = "lstm, conv2d"):
+    """Build TARGET (a spec file or a registry name) → :class:`~layerlab.checks.resolve.Resolved`.
+
+    ``strict``: check the spec keys only gradcheck reads (see :func:`~layerlab.checks.resolve.resolve_spec`);
+    ``example``: the registry name the missing-file hint suggests.
+    """
     from layerlab.checks.resolve import is_spec_path, resolve_entry, resolve_spec
 
     if is_spec_path(target):
         if not Path(target).is_file():
             raise UsageError(f"no spec file {target!r}", where="SPEC", got=target,
-                             hint="check the path, or give a registry name (lstm, conv2d)")
-        return resolve_spec(target, seed=seed, allow_import=allow_import)
+                             hint=f"check the path, or give a registry name ({example})")
+        return resolve_spec(target, seed=seed, allow_import=allow_import, strict=strict)
     return resolve_entry(target, seed=seed or 0)
 
 
@@ -60,12 +66,3 @@ def device_of(name: Optional[str]):
         raise UsageError("--device cuda, but CUDA is not available here", where="--device", got=name,
                          hint="run on a machine with a GPU, or drop --device")
     return dev
-
-
-def to_device(module, args, dev):
-    """The module and its inputs on ``dev`` (unchanged when ``dev`` is ``None``)."""
-    if dev is None:
-        return module, args
-    from layerlab.checks.case import map_args
-
-    return module.to(dev), map_args(args, lambda t: t.detach().to(dev).requires_grad_(t.requires_grad))

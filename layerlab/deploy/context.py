@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from layerlab.checks.case import Arg, flatten, positional_names
+from layerlab.checks.case import Arg, flatten, map_args, positional_names
 from layerlab.checks.compare import compare
 from layerlab.deploy.variants import Variant
 
@@ -120,22 +120,7 @@ def tolerances_for(args: Sequence[Arg], module: nn.Module) -> Tuple[float, float
 
 def detached(args: Sequence[Arg]) -> List[Arg]:
     """The example inputs without autograd history (exports run under no_grad)."""
-    memo: Dict[int, Tensor] = {}
-
-    def go(v: Any) -> Any:
-        if isinstance(v, Tensor):
-            if id(v) not in memo:
-                memo[id(v)] = v.detach()
-            return memo[id(v)]
-        if isinstance(v, tuple):
-            return tuple(go(x) for x in v)
-        if isinstance(v, list):
-            return [go(x) for x in v]
-        if isinstance(v, dict):
-            return {k: go(x) for k, x in v.items()}
-        return v
-
-    return [Arg(a.name, go(a.value), a.keyword) for a in args]
+    return map_args(args, lambda t: t.detach())
 
 
 @contextlib.contextmanager

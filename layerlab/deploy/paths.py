@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -67,6 +67,26 @@ def _matches(ctx: Context, got: Any) -> tuple:
     return ctx.compare(got, ctx.eager_out, "example")
 
 
+def _on_example(ctx: Context, path: str, run: Callable[..., Any], raised: str, differs: str,
+                **fail: Any) -> Tuple[Optional[PathResult], List[dict]]:
+    """Run the program on the example and compare with eager: ``(FAIL result or None, comparisons)``.
+
+    ``raised`` / ``differs`` start the reason when it raises / when its outputs differ; ``fail``
+    goes into that FAIL result too.
+    """
+    pos, kw = ctx.split()
+    try:
+        with torch.no_grad():
+            got = run(*pos, **kw)
+    except Exception as exc:
+        return _raised(ctx, path, exc, raised), []
+    ok, comps, problem = _matches(ctx, got)
+    if not ok:
+        return _result(ctx, path, Status.FAIL, f"{differs}: {problem}", matches_eager=False, comparisons=comps,
+                       **fail), comps
+    return None, comps
+
+
 # -- torch.jit.trace ---------------------------------------------------------------------------------
 
 def trace(ctx: Context) -> PathResult:
@@ -91,16 +111,11 @@ def trace(ctx: Context) -> PathResult:
         else:
             def run(*p, **k):
                 return traced(*p)
-        try:
-            with torch.no_grad():
-                got = run(*pos, **kw)
-        except Exception as exc:
-            return _raised(ctx, "trace", exc, "the traced module raised on its own example")
-        ok, comps, problem = _matches(ctx, got)
         details: Dict[str, Any] = {"tracer_warnings": tracer}
-        if not ok:
-            return _result(ctx, "trace", Status.FAIL, f"the trace differs from eager: {problem}", matches_eager=False,
-                           comparisons=comps, details=details)
+        failed, comps = _on_example(ctx, "trace", run, "the traced module raised on its own example",
+                                    "the trace differs from eager", details=details)
+        if failed is not None:
+            return failed
         problems, more, tried = _check_variants(ctx, run)
     details["variants"] = tried
     where = tracer[0]["where"] if tracer else None
@@ -153,16 +168,10 @@ def script(ctx: Context) -> PathResult:
             return _raised(ctx, "script", exc, "scripting raised",
                            hint="TorchScript needs typed, static Python: annotate arguments, avoid **kwargs, "
                                 "closures and dynamic attributes — or use torch.export")
-        pos, kw = ctx.split()
-        try:
-            with torch.no_grad():
-                got = scripted(*pos, **kw)
-        except Exception as exc:
-            return _raised(ctx, "script", exc, "the scripted module raised on the example")
-        ok, comps, problem = _matches(ctx, got)
-        if not ok:
-            return _result(ctx, "script", Status.FAIL, f"the script differs from eager: {problem}",
-                           matches_eager=False, comparisons=comps)
+        failed, comps = _on_example(ctx, "script", scripted, "the scripted module raised on the example",
+                                    "the script differs from eager")
+        if failed is not None:
+            return failed
         problems, more, tried = _check_variants(ctx, scripted)
     if problems:
         return _result(ctx, "script", Status.FAIL, f"the script differs from eager {problems[0]}",
@@ -252,7 +261,6 @@ def _export(ctx: Context, dynamic_shapes: Any = None):
 
 
 def export(ctx: Context) -> PathResult:
-    pos, kw = ctx.split()
     with quiet():
         try:
             program = _export(ctx)
@@ -260,15 +268,11 @@ def export(ctx: Context) -> PathResult:
             return _raised(ctx, "export", exc, "torch.export raised",
                            hint="data-dependent Python control flow needs torch.cond; .item()/int() on tensors "
                                 "needs torch._check")
-        try:
-            with torch.no_grad():
-                got = program.module()(*pos, **kw)
-        except Exception as exc:
-            return _raised(ctx, "export", exc, "the exported program raised on its own example")
-    ok, comps, problem = _matches(ctx, got)
-    if not ok:
-        return _result(ctx, "export", Status.FAIL, f"the exported program differs from eager: {problem}",
-                       matches_eager=False, comparisons=comps)
+        failed, comps = _on_example(ctx, "export", lambda *p, **k: program.module()(*p, **k),
+                                    "the exported program raised on its own example",
+                                    "the exported program differs from eager")
+    if failed is not None:
+        return failed
     return _result(ctx, "export", Status.PASS, "exported (static shapes); equals eager", matches_eager=True,
                    comparisons=comps)
 
@@ -295,16 +299,11 @@ def export_dynamic(ctx: Context) -> PathResult:
                            where=user_location(str(exc)), hint="the forward computes with the batch size as a "
                            "Python int (reshape(2, …), a loop over samples); use -1 or x.shape[0]",
                            details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
-        pos, kw = ctx.split()
-        try:
-            with torch.no_grad():
-                got = program.module()(*pos, **kw)
-        except Exception as exc:
-            return _raised(ctx, "export_dynamic", exc, "the exported program raised on its own example")
-        ok, comps, problem = _matches(ctx, got)
-        if not ok:
-            return _result(ctx, "export_dynamic", Status.FAIL, f"the exported program differs from eager: {problem}",
-                           matches_eager=False, comparisons=comps)
+        failed, comps = _on_example(ctx, "export_dynamic", lambda *p, **k: program.module()(*p, **k),
+                                    "the exported program raised on its own example",
+                                    "the exported program differs from eager")
+        if failed is not None:
+            return failed
         problems, more, tried = _check_variants(ctx, program.module(), [batch])
     if problems:
         return _result(ctx, "export_dynamic", Status.WARN, f"dynamic batch exported, but {problems[0]}",

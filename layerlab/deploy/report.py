@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from layerlab.checks.report import Status
+from layerlab.checks.report import Status, status_counts
 
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
@@ -107,10 +107,7 @@ class ExportReport:
         raise KeyError(f"path {path!r} was not run; ran: {[r.path for r in self.paths]}")
 
     def counts(self) -> Dict[str, int]:
-        out = {s.value: 0 for s in Status}
-        for r in self.paths:
-            out[Status(r.status).value] += 1
-        return out
+        return status_counts(self.paths)
 
     def ok_for(self, strict: bool = False) -> bool:
         """No path failed (and, with ``strict``, none warned)."""

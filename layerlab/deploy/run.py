@@ -15,12 +15,11 @@ inputs passed in are left as they were.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from layerlab.deploy.report import PATHS, ExportMatrix, ExportReport, PathResult
-from layerlab.errors import UsageError
+from layerlab.errors import UsageError, debug_enabled
 
 __all__ = ["export_check", "export_check_args", "check_target", "check_all", "select_paths"]
 
@@ -116,7 +115,7 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
             try:
                 results.append(P.timed(functions[name], ctx))
             except Exception as exc:  # a bug in a path function must not hide the other cells
-                if os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no"):
+                if debug_enabled():
                     raise
                 from layerlab.checks.report import Status
                 from layerlab.deploy.messages import first_line
@@ -147,31 +146,20 @@ def check_all(names: Optional[Sequence[str]] = None, *, paths: Optional[Sequence
               progress: Optional[Callable[[str, int, int], None]] = None, device: Any = None) -> ExportMatrix:
     """Every registry layer (or ``names``), on ``device`` (default: where the spec builds it);
     ``progress(name, i, n)`` is called before each."""
-    from layerlab import registry
     from layerlab.checks.report import Status
-    from layerlab.checks.resolve import resolve_entry
+    from layerlab.checks.resolve import for_each_entry, resolve_entry, to_device
     from layerlab.deploy.messages import first_line
 
     selected = select_paths(paths)
-    todo = list(names) if names is not None else registry.names()
-    t0 = time.perf_counter()
-    reports = []
-    for i, name in enumerate(todo):
-        if progress is not None:
-            progress(name, i, len(todo))
-        try:
-            resolved = resolve_entry(name, seed=seed)
-            if device is not None:
-                from layerlab.checks.case import map_args
 
-                resolved.module = resolved.module.to(device)
-                resolved.args = map_args(resolved.args, lambda t: t.to(device))
-            reports.append(check_target(resolved, paths=selected, compile_backend=compile_backend))
-        except Exception as exc:  # a layer that cannot be built must not hide the others
-            if os.environ.get("LAYERLAB_DEBUG", "") not in ("", "0", "false", "no"):
-                raise
-            reason = f"the layer could not be built: {first_line(exc)}"
-            reports.append(ExportReport(name, name, [PathResult(p, Status.FAIL, reason) for p in selected]))
-    if progress is not None:
-        progress("", len(todo), len(todo))
-    return ExportMatrix(reports, selected, time.perf_counter() - t0)
+    def run(name: str) -> ExportReport:
+        resolved = resolve_entry(name, seed=seed)
+        resolved.module, resolved.args = to_device(resolved.module, resolved.args, device)
+        return check_target(resolved, paths=selected, compile_backend=compile_backend)
+
+    def unbuildable(name: str, exc: Exception) -> ExportReport:
+        reason = f"the layer could not be built: {first_line(exc)}"
+        return ExportReport(name, name, [PathResult(p, Status.FAIL, reason) for p in selected])
+
+    reports, seconds = for_each_entry(names, run, unbuildable, progress)
+    return ExportMatrix(reports, selected, seconds)

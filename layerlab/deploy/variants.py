@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from layerlab.checks.case import Arg, Case, batch_layout, has_batch_first, is_mask_name
+from layerlab.checks.case import Arg, Case, batch_layout, flatten, has_batch_first, is_mask_name, map_tensors
 
 __all__ = ["Variant", "make_variants"]
 
@@ -42,40 +42,13 @@ class Variant:
 
 def _map(args: Sequence[Arg], fn: Callable[[str, Tensor], Tensor]) -> List[Arg]:
     """Apply ``fn(arg_name, tensor)`` to every tensor; one tensor passed twice maps to one result."""
-    memo: Dict[int, Tensor] = {}
-
-    def go(value: Any, name: str) -> Any:
-        if isinstance(value, Tensor):
-            if id(value) not in memo:
-                memo[id(value)] = fn(name, value)
-            return memo[id(value)]
-        if isinstance(value, tuple):
-            return tuple(go(v, name) for v in value)
-        if isinstance(value, list):
-            return [go(v, name) for v in value]
-        if isinstance(value, dict):
-            return {k: go(v, name) for k, v in value.items()}
-        return value
-
-    return [Arg(a.name, go(a.value, a.name), a.keyword) for a in args]
+    memo: Dict[int, Any] = {}
+    return [Arg(a.name, map_tensors(a.value, lambda t, name=a.name: fn(name, t), memo), a.keyword) for a in args]
 
 
 def _tensors(args: Sequence[Arg]) -> List[tuple]:
-    out = []
-
-    def go(value: Any, name: str) -> None:
-        if isinstance(value, Tensor):
-            out.append((name, value))
-        elif isinstance(value, (tuple, list)):
-            for v in value:
-                go(v, name)
-        elif isinstance(value, dict):
-            for v in value.values():
-                go(v, name)
-
-    for a in args:
-        go(a.value, a.name)
-    return out
+    """``[(arg_name, tensor)]`` of every tensor in the arguments."""
+    return [(a.name, t) for a in args for _, t in flatten(a.value)]
 
 
 def _fresh(name: str, t: Tensor) -> bool:

@@ -10,6 +10,7 @@ Messages read ``Layer: argument: expected …, got … → fix``. Checks are ``i
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
@@ -100,6 +101,20 @@ def check_floating(layer: str, x: Tensor) -> None:
     if not x.is_floating_point():
         raise layer_error(layer, "input", expected="a floating-point tensor", got=f"dtype {x.dtype}",
                           hint="convert it: x.float()")
+
+
+def default_init(weight: Tensor, bias: Optional[Tensor], fan_in: int) -> None:
+    """torch's default init of ``nn.Linear`` / ``nn.ConvNd``, written out with the same RNG calls in
+    the same order: ``kaiming_uniform_(weight, a=√5)``, i.e. ``U(−b, b)`` with ``b = √3 · gain / √fan_in``
+    and ``gain = √(2 / (1 + a²)) = √(1/3)``, so ``b = 1/√fan_in``; the bias ``U(−1/√fan_in, 1/√fan_in)``."""
+    a = math.sqrt(5.0)
+    gain = math.sqrt(2.0 / (1 + a**2))  # leaky_relu gain for slope a: √(1/3)
+    bound = math.sqrt(3.0) * (gain / math.sqrt(fan_in))  # uniform bound for that std: 1/√fan_in up to rounding
+    with torch.no_grad():
+        weight.uniform_(-bound, bound)
+        if bias is not None:
+            bias_bound = 1 / math.sqrt(fan_in)
+            bias.uniform_(-bias_bound, bias_bound)
 
 
 def check_matches(layer: str, x: Tensor, param: Tensor) -> None:

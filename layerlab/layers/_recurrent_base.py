@@ -17,7 +17,6 @@ Dimension letters used in this module (as in :mod:`layerlab.layers.recurrent`):
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import List, Optional, Tuple
 
@@ -26,22 +25,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._seq_checks import (
+    TorchTwin,
     check_dim,
+    check_features,
     check_float_dtype,
     check_tensor,
-    copy_state,
     input_error,
-    module_dtype_device,
+    non_defaults,
     positive_int,
     probability,
     quiet_when_tracing,
     shape_str,
+    uniform_init,
 )
 
 __all__ = ["RNNBase"]
 
 
-class RNNBase(nn.Module):
+class RNNBase(TorchTwin, nn.Module):
     """Parameters, checks, layer/direction plumbing and weight copying shared by RNN, LSTM, GRU.
 
     A subclass sets ``num_gates`` and ``_torch_cls`` and writes ``_scan``: one layer, one
@@ -51,6 +52,7 @@ class RNNBase(nn.Module):
     num_gates: int = 1
     _has_cell: bool = False  # True for the LSTM (a cell state c next to h)
     _torch_cls: type = nn.RNNBase
+    _quiet_copy = True  # torch's RNNs warn about dropout with one layer too
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
@@ -112,20 +114,12 @@ class RNNBase(nn.Module):
 
     def reset_parameters(self) -> None:
         """Every weight and bias ~ U(−1/√H, 1/√H), as torch.nn does."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+        uniform_init(self, self.hidden_size)
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        defaults = {"num_layers": 1, "bias": True, "batch_first": False, "dropout": 0.0,
-                    "bidirectional": False, "proj_size": 0}
-        for key, default in defaults.items():
-            if getattr(self, key) != default:
-                s += f", {key}={getattr(self, key)}"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            s += f", nonlinearity={self.nonlinearity!r}"
-        return s
+        return f"{self.input_size}, {self.hidden_size}" + non_defaults(self, {
+            "num_layers": 1, "bias": True, "batch_first": False, "dropout": 0.0, "bidirectional": False,
+            "proj_size": 0, "nonlinearity": "tanh"})
 
     # ---- checks ------------------------------------------------------------------------------
 
@@ -136,13 +130,7 @@ class RNNBase(nn.Module):
         check_tensor(name, "input", input)
         batched_layout = "[B, T, I] (batch_first=True)" if self.batch_first else "[T, B, I] (batch_first=False)"
         check_dim(name, "input", input, (2, 3), f"3-D {batched_layout} or 2-D [T, I] (unbatched)")
-        if input.shape[-1] != self.input_size:
-            raise input_error(
-                name, "input_size", self.input_size, input.shape[-1],
-                f"give the input {self.input_size} features in its last dim, "
-                f"or build {name}(input_size={input.shape[-1]}, ...)",
-                context=f"input shape {shape_str(input.shape)}",
-            )
+        check_features(name, input, self.input_size)
         check_float_dtype(name, "input", input, self._flat_dtype())
         batched = input.dim() == 3
         T = input.shape[1] if (batched and self.batch_first) else input.shape[0]
@@ -174,7 +162,19 @@ class RNNBase(nn.Module):
     def _flat_dtype(self) -> torch.dtype:
         return self.weight_ih_l0.dtype
 
+    def _batch_size(self, input: Tensor, batched: bool) -> int:
+        return input.shape[0 if self.batch_first else 1] if batched else 1
+
     # ---- the forward pass --------------------------------------------------------------------
+
+    def _forward_h(self, input: Tensor, hx: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """``forward`` of the layers whose state is ``h`` alone (RNN, GRU): ``output, h_n``."""
+        batched = self._check_input(input)
+        h0 = None
+        if hx is not None:
+            h0 = self._check_state(hx, "h0", self.hidden_size, "H", input, self._batch_size(input, batched), batched)
+        output, h_n, _ = self._run(input, h0, None, batched)
+        return output, h_n
 
     def _run(self, input: Tensor, h0: Optional[Tensor], c0: Optional[Tensor], batched: bool):
         """The layer/direction loop shared by all three; returns ``output, h_n, c_n (or None)``."""
@@ -225,29 +225,9 @@ class RNNBase(nn.Module):
     def _time_order(T: int, reverse: bool) -> range:
         return range(T - 1, -1, -1) if reverse else range(T)
 
-    # ---- weights to and from torch.nn ---------------------------------------------------------
+    # ---- weights to and from torch.nn (from_torch / to_torch: TorchTwin) ---------------------
 
     @classmethod
     def _config_keys(cls) -> Tuple[str, ...]:
         """Constructor arguments, which are also attribute names on ours and on torch's layer."""
         return ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional")
-
-    @classmethod
-    def from_torch(cls, module: nn.Module):
-        """Build this layer from the matching torch.nn layer, copying its weights (same names)."""
-        if not isinstance(module, cls._torch_cls):
-            raise TypeError(f"{cls.__name__}.from_torch: expected a torch.nn.{cls._torch_cls.__name__}, "
-                            f"got {type(module).__name__}")
-        kwargs = {key: getattr(module, key) for key in cls._config_keys()}
-        with warnings.catch_warnings():  # torch already warned about dropout with one layer
-            warnings.simplefilter("ignore", UserWarning)
-            layer = cls(**kwargs, **module_dtype_device(module))
-        return copy_state(module, layer)
-
-    def to_torch(self) -> nn.Module:
-        """The matching torch.nn layer carrying a copy of these weights."""
-        kwargs = {key: getattr(self, key) for key in self._config_keys()}
-        with warnings.catch_warnings():  # we already warned about dropout with one layer
-            warnings.simplefilter("ignore", UserWarning)
-            ref = self._torch_cls(**kwargs, **module_dtype_device(self))
-        return copy_state(self, ref)

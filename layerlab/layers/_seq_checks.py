@@ -12,13 +12,14 @@ that is: the layer, what was checked, ``expected …, got …`` with its context
 from __future__ import annotations
 
 import functools
+import math
 import warnings
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Dict, Sequence, Tuple, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from layerlab.layers._checks import LayerInputError, layer_error
+from layerlab.layers._checks import LayerInputError, layer_error, positive_int  # noqa: F401 - one positive_int for all layers
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -53,13 +54,6 @@ def input_error(layer: str, what: str, expected: Any, got: Any, fix: str, contex
     return layer_error(layer, what, expected=expected, got=f"{got} ({context})" if context else got, hint=fix)
 
 
-def positive_int(layer: str, arg: str, value: Any) -> int:
-    """A constructor size: an ``int ≥ 1`` (``bool`` is not a size)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise input_error(layer, arg, "a positive int", repr(value), f"pass {arg}=<int ≥ 1>")
-    return value
-
-
 def probability(layer: str, arg: str, value: Any) -> float:
     """A dropout probability in ``[0, 1]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
@@ -92,6 +86,16 @@ def check_dim(layer: str, name: str, t: Tensor, allowed: Sequence[int], layout: 
         raise input_error(
             layer, f"{name} rank", layout, f"{t.dim()}-D {shape_str(t.shape)}",
             f"reshape {name} to one of those layouts",
+        )
+
+
+def check_features(layer: str, input: Tensor, size: int) -> None:
+    """The last dim of ``input`` must hold ``input_size`` = ``size`` features."""
+    if input.shape[-1] != size:
+        raise input_error(
+            layer, "input_size", size, input.shape[-1],
+            f"give the input {size} features in its last dim, or build {layer}(input_size={input.shape[-1]}, ...)",
+            context=f"input shape {shape_str(input.shape)}",
         )
 
 
@@ -139,3 +143,64 @@ def copy_state(src: nn.Module, dst: nn.Module) -> nn.Module:
     dst.train(src.training)
     return dst
 
+
+def uniform_init(module: nn.Module, hidden_size: int) -> None:
+    """Every parameter ~ U(−1/√H, 1/√H), as torch.nn initialises all recurrent layers."""
+    bound = 1.0 / math.sqrt(hidden_size)
+    for p in module.parameters():
+        nn.init.uniform_(p, -bound, bound)
+
+
+def non_defaults(module: nn.Module, defaults: Dict[str, Any]) -> str:
+    """``", key=value"`` for each attribute that differs from its default (for ``extra_repr``)."""
+    return "".join(f", {key}={getattr(module, key, default)!r}" for key, default in defaults.items()
+                   if getattr(module, key, default) != default)
+
+
+class TorchTwin:
+    """``from_torch`` / ``to_torch`` for a layer with a torch.nn twin ``_torch_cls``: the same
+    constructor arguments, read from either layer by :meth:`_config_of`, and the same parameter
+    names, so the weights copy with :func:`copy_state`. Mixed into RNN, LSTM and GRU, the cells,
+    MultiheadAttention and TransformerEncoderLayer.
+
+    No annotations in this class body: ``torch.jit.script`` takes a module's attribute types from
+    the first class in its bases that has annotations, which must stay ``nn.Module`` (or the layer's).
+    """
+
+    #: the torch.nn twin (set by each layer)
+    _torch_cls = None
+    #: build the copy with UserWarnings silenced (the RNNs: both sides warn about dropout with one
+    #: layer, and the layer copied from has already warned)
+    _quiet_copy = False
+
+    @classmethod
+    def _config_keys(cls) -> Tuple[str, ...]:
+        """Constructor arguments, which are also attribute names on ours and on torch's layer."""
+        raise NotImplementedError
+
+    @classmethod
+    def _config_of(cls, m: nn.Module) -> Dict[str, Any]:
+        """Constructor arguments read from ours or from torch's layer."""
+        return {key: getattr(m, key) for key in cls._config_keys()}
+
+    @classmethod
+    def from_torch(cls, module: nn.Module):
+        """Build this layer from the matching torch.nn layer, copying its weights (same names)."""
+        if not isinstance(module, cls._torch_cls):
+            raise TypeError(f"{cls.__name__}.from_torch: expected a torch.nn.{cls._torch_cls.__name__}, "
+                            f"got {type(module).__name__}")
+        return copy_state(module, cls._build(cls, module))
+
+    def to_torch(self) -> nn.Module:
+        """The matching torch.nn layer carrying a copy of these weights."""
+        return copy_state(self, self._build(self._torch_cls, self))
+
+    @classmethod
+    def _build(cls, factory: Callable[..., nn.Module], like: nn.Module) -> nn.Module:
+        """``factory`` called with ``like``'s constructor arguments, dtype and device."""
+        kwargs = {**cls._config_of(like), **module_dtype_device(like)}
+        if not cls._quiet_copy:
+            return factory(**kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return factory(**kwargs)

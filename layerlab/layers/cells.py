@@ -15,7 +15,6 @@ Dimension letters used in this module:
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -23,22 +22,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._seq_checks import (
+    TorchTwin,
     check_dim,
+    check_features,
     check_float_dtype,
     check_tensor,
-    copy_state,
     input_error,
-    module_dtype_device,
+    non_defaults,
     one_of,
     positive_int,
     quiet_when_tracing,
     shape_str,
+    uniform_init,
 )
 
 __all__ = ["RNNCell", "LSTMCell", "GRUCell"]
 
 
-class _CellBase(nn.Module):
+class _CellBase(TorchTwin, nn.Module):
     """Parameters, initialisation, input checks and weight copying common to the three cells.
 
     Subclasses set ``num_gates`` (G) and the torch class they mirror, and write ``forward``.
@@ -67,17 +68,10 @@ class _CellBase(nn.Module):
 
     def reset_parameters(self) -> None:
         """Every weight and bias ~ U(−1/√H, 1/√H), as torch.nn does for all recurrent layers."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+        uniform_init(self, self.hidden_size)
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if not self.bias:
-            s += ", bias=False"
-        if getattr(self, "nonlinearity", "tanh") != "tanh":
-            s += f", nonlinearity={self.nonlinearity!r}"
-        return s
+        return f"{self.input_size}, {self.hidden_size}" + non_defaults(self, {"bias": True, "nonlinearity": "tanh"})
 
     # ---- checks ------------------------------------------------------------------------------
 
@@ -87,13 +81,7 @@ class _CellBase(nn.Module):
         name = type(self).__name__
         check_tensor(name, "input", input)
         check_dim(name, "input", input, (1, 2), "2-D [B, I] or 1-D [I] (unbatched)")
-        if input.shape[-1] != self.input_size:
-            raise input_error(
-                name, "input_size", self.input_size, input.shape[-1],
-                f"give the input {self.input_size} features in its last dim, "
-                f"or build {name}(input_size={input.shape[-1]}, ...)",
-                context=f"input shape {shape_str(input.shape)}",
-            )
+        check_features(name, input, self.input_size)
         check_float_dtype(name, "input", input, self.weight_ih.dtype)
         return input.dim() == 2
 
@@ -118,26 +106,12 @@ class _CellBase(nn.Module):
     def _zeros(self, x: Tensor) -> Tensor:
         return x.new_zeros(x.shape[0], self.hidden_size)  # (B, H)
 
-    # ---- weights to and from torch.nn ---------------------------------------------------------
+    # ---- weights to and from torch.nn (from_torch / to_torch: TorchTwin) ---------------------
 
     @classmethod
     def _config_keys(cls) -> Tuple[str, ...]:
         """Constructor arguments, which are also attribute names on ours and on torch's cell."""
         return ("input_size", "hidden_size", "bias")
-
-    @classmethod
-    def from_torch(cls, module: nn.Module):
-        """Build this cell from the matching torch.nn cell, copying its weights (same names)."""
-        if not isinstance(module, cls._torch_cls):
-            raise TypeError(f"{cls.__name__}.from_torch: expected a torch.nn.{cls._torch_cls.__name__}, "
-                            f"got {type(module).__name__}")
-        kwargs = {key: getattr(module, key) for key in cls._config_keys()}
-        return copy_state(module, cls(**kwargs, **module_dtype_device(module)))
-
-    def to_torch(self) -> nn.Module:
-        """The matching torch.nn cell carrying a copy of these weights."""
-        kwargs = {key: getattr(self, key) for key in self._config_keys()}
-        return copy_state(self, self._torch_cls(**kwargs, **module_dtype_device(self)))
 
 
 class RNNCell(_CellBase):

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._checks import (
-    IntOrTuple, check_channels, check_matches, check_rank, check_type, copy_params, layer_error, ntuple,
-    positive_int,
+    IntOrTuple, check_channels, check_matches, check_rank, check_type, copy_params, default_init, layer_error,
+    ntuple, positive_int,
 )
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d"]
@@ -109,15 +109,7 @@ class _ConvNd(nn.Module):
         and ``gain = √(2 / (1 + a²)) = √(1/3)``, so ``b = 1/√fan_in``, where
         ``fan_in = (C_in / groups) · ∏ kernel_size``. The bias uses the same bound.
         """
-        fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
-        a = math.sqrt(5.0)
-        gain = math.sqrt(2.0 / (1 + a**2))
-        bound = math.sqrt(3.0) * (gain / math.sqrt(fan_in))  # == 1/√fan_in up to rounding
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
-            if self.bias is not None:
-                bias_bound = 1 / math.sqrt(fan_in)
-                self.bias.uniform_(-bias_bound, bias_bound)
+        default_init(self.weight, self.bias, self.weight.shape[1] * math.prod(self.kernel_size))
 
     def _explicit_padding(self) -> Tuple[Tuple[int, int], ...]:
         """``(left, right)`` zeros/reflect/… added to each spatial dim before the convolution."""

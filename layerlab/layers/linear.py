@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from layerlab.layers._checks import LayerInputError, check_matches, check_type, copy_params, positive_int
+from layerlab.layers._checks import (
+    LayerInputError, check_matches, check_type, copy_params, default_init, positive_int,
+)
 
 __all__ = ["Linear"]
 
@@ -67,15 +69,7 @@ class Linear(nn.Module):
 
     def reset_parameters(self) -> None:
         """torch's default init, same RNG calls in the same order as ``nn.Linear``."""
-        fan_in = self.in_features
-        a = math.sqrt(5.0)
-        gain = math.sqrt(2.0 / (1 + a**2))  # leaky_relu gain for slope a: √(1/3)
-        bound = math.sqrt(3.0) * (gain / math.sqrt(fan_in))  # uniform bound for that std: 1/√fan_in
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
-            if self.bias is not None:
-                bias_bound = 1 / math.sqrt(fan_in)
-                self.bias.uniform_(-bias_bound, bias_bound)
+        default_init(self.weight, self.bias, self.in_features)
 
     def forward(self, input: Tensor) -> Tensor:
         if not isinstance(input, Tensor) or input.dim() == 0 or input.shape[-1] != self.in_features:

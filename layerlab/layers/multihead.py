@@ -37,13 +37,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._seq_checks import (
+    TorchTwin,
     check_dim,
     check_float_dtype,
     check_mask_dtype,
     check_tensor,
-    copy_state,
     input_error,
-    module_dtype_device,
     positive_int,
     probability,
     quiet_when_tracing,
@@ -56,7 +55,7 @@ __all__ = ["MultiheadAttention"]
 _LAYER = "MultiheadAttention"
 
 
-class MultiheadAttention(nn.Module):
+class MultiheadAttention(TorchTwin, nn.Module):
     r"""Multi-head attention: nh scaled dot-product attentions over learned projections.
 
     .. math::
@@ -348,7 +347,9 @@ class MultiheadAttention(nn.Module):
                                   context=shapes())
         return batched
 
-    # ---- weights to and from torch.nn ---------------------------------------------------------
+    # ---- weights to and from torch.nn (from_torch / to_torch: TorchTwin) ---------------------
+
+    _torch_cls = nn.MultiheadAttention
 
     @staticmethod
     def _config_of(m: nn.Module) -> dict:
@@ -357,15 +358,3 @@ class MultiheadAttention(nn.Module):
                 "bias": m.in_proj_bias is not None, "add_bias_kv": m.bias_k is not None,
                 "add_zero_attn": m.add_zero_attn, "kdim": m.kdim, "vdim": m.vdim,
                 "batch_first": m.batch_first}
-
-    @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention) -> "MultiheadAttention":
-        """Build from a :class:`torch.nn.MultiheadAttention`, copying its weights (same names)."""
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"MultiheadAttention.from_torch: expected a torch.nn.MultiheadAttention, "
-                            f"got {type(module).__name__}")
-        return copy_state(module, cls(**cls._config_of(module), **module_dtype_device(module)))
-
-    def to_torch(self) -> nn.MultiheadAttention:
-        """A :class:`torch.nn.MultiheadAttention` carrying a copy of these weights."""
-        return copy_state(self, nn.MultiheadAttention(**self._config_of(self), **module_dtype_device(self)))

@@ -30,6 +30,7 @@ from layerlab.layers._seq_checks import (
     check_float_dtype,
     check_tensor,
     input_error,
+    non_defaults,
     positive_int,
     probability,
     quiet_when_tracing,
@@ -184,16 +185,8 @@ class SinusoidalPositionalEncoding(_PositionalBase):
                                   "it has no weights either: the table is sinusoidal_encoding(T, D)")
 
     def extra_repr(self) -> str:
-        s = f"{self.embed_dim}, max_len={self.max_len}"
-        if self.dropout:
-            s += f", dropout={self.dropout}"
-        if self.batch_first:
-            s += ", batch_first=True"
-        if self.base != 10000.0:
-            s += f", base={self.base}"
-        if not self.extend:
-            s += ", extend=False"
-        return s
+        return f"{self.embed_dim}, max_len={self.max_len}" + non_defaults(
+            self, {"dropout": 0.0, "batch_first": False, "base": 10000.0, "extend": True})
 
 
 class LearnedPositionalEmbedding(_PositionalBase):
@@ -242,12 +235,7 @@ class LearnedPositionalEmbedding(_PositionalBase):
         return self._add(input, self.weight[offset:offset + T])  # table (T, D)
 
     def extra_repr(self) -> str:
-        s = f"{self.max_len}, {self.embed_dim}"
-        if self.dropout:
-            s += f", dropout={self.dropout}"
-        if self.batch_first:
-            s += ", batch_first=True"
-        return s
+        return f"{self.max_len}, {self.embed_dim}" + non_defaults(self, {"dropout": 0.0, "batch_first": False})
 
     @classmethod
     def from_torch(cls, module: nn.Embedding, *, dropout: float = 0.0, batch_first: bool = False,

@@ -116,13 +116,7 @@ class RNN(RNNBase):
         return super()._config_keys() + ("nonlinearity",)
 
     def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        batched = self._check_input(input)
-        h0 = None
-        if hx is not None:
-            batch = input.shape[0 if self.batch_first else 1] if batched else 1
-            h0 = self._check_state(hx, "h0", self.hidden_size, "H", input, batch, batched)
-        output, h_n, _ = self._run(input, h0, None, batched)
-        return output, h_n
+        return self._forward_h(input, hx)
 
     def _scan(self, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
         # b_hh sits outside the non-linearity next to b_ih, so fold both into the input projection.
@@ -232,7 +226,7 @@ class LSTM(RNNBase):
             if not (isinstance(hx, (tuple, list)) and len(hx) == 2):
                 raise input_error("LSTM", "hx", "a tuple (h0, c0)", type(hx).__name__,
                                   "pass hx=(h0, c0) with two tensors")
-            batch = input.shape[0 if self.batch_first else 1] if batched else 1
+            batch = self._batch_size(input, batched)
             P_name = "proj_size" if self.proj_size else "H"
             h0 = self._check_state(hx[0], "h0", self.output_hidden_size, P_name, input, batch, batched)
             c0 = self._check_state(hx[1], "c0", self.hidden_size, "H", input, batch, batched)
@@ -330,13 +324,7 @@ class GRU(RNNBase):
                          device=device, dtype=dtype)
 
     def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        batched = self._check_input(input)
-        h0 = None
-        if hx is not None:
-            batch = input.shape[0 if self.batch_first else 1] if batched else 1
-            h0 = self._check_state(hx, "h0", self.hidden_size, "H", input, batch, batched)
-        output, h_n, _ = self._run(input, h0, None, batched)
-        return output, h_n
+        return self._forward_h(input, hx)
 
     def _scan(self, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
         H = self.hidden_size

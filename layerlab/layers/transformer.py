@@ -40,11 +40,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._seq_checks import (
+    TorchTwin,
     check_dim,
     check_tensor,
-    copy_state,
     input_error,
-    module_dtype_device,
     one_of,
     positive_int,
     quiet_when_tracing,
@@ -57,7 +56,7 @@ __all__ = ["TransformerEncoderLayer"]
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
-class TransformerEncoderLayer(nn.Module):
+class TransformerEncoderLayer(TorchTwin, nn.Module):
     r"""One Transformer encoder block: multi-head self-attention, then a position-wise MLP.
 
     Args:
@@ -169,7 +168,9 @@ class TransformerEncoderLayer(nn.Module):
         act = {F.relu: "relu", F.gelu: "gelu"}.get(self.activation, getattr(self.activation, "__name__", "custom"))
         return ", ".join(parts + [f"activation={act}"])
 
-    # ---- weights to and from torch.nn ---------------------------------------------------------
+    # ---- weights to and from torch.nn (from_torch / to_torch: TorchTwin) ---------------------
+
+    _torch_cls = nn.TransformerEncoderLayer
 
     @staticmethod
     def _config_of(m: nn.Module) -> dict:
@@ -183,15 +184,3 @@ class TransformerEncoderLayer(nn.Module):
                 "dim_feedforward": m.linear1.out_features, "dropout": m.dropout.p, "activation": act,
                 "layer_norm_eps": m.norm1.eps, "batch_first": m.self_attn.batch_first, "norm_first": m.norm_first,
                 "bias": m.linear1.bias is not None}
-
-    @classmethod
-    def from_torch(cls, module: nn.TransformerEncoderLayer) -> "TransformerEncoderLayer":
-        """Build from a :class:`torch.nn.TransformerEncoderLayer`, copying its weights (same names)."""
-        if not isinstance(module, nn.TransformerEncoderLayer):
-            raise TypeError(f"TransformerEncoderLayer.from_torch: expected a torch.nn.TransformerEncoderLayer, "
-                            f"got {type(module).__name__}")
-        return copy_state(module, cls(**cls._config_of(module), **module_dtype_device(module)))
-
-    def to_torch(self) -> nn.TransformerEncoderLayer:
-        """A :class:`torch.nn.TransformerEncoderLayer` carrying a copy of these weights."""
-        return copy_state(self, nn.TransformerEncoderLayer(**self._config_of(self), **module_dtype_device(self)))

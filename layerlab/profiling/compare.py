@@ -65,15 +65,20 @@ def compare_compiled(stepper, *, repeats: int, warmup: int, backend: str = "indu
         return result
     torch._dynamo.reset()
     B = _batch(stepper)
-    result.metrics = [
-        Metric("forward", comp["forward_s"], eager["forward_s"], "s"),
-        Metric("backward", comp["backward_s"], eager["backward_s"], "s"),
-        Metric("step (fwd + bwd)", comp["step_s"], eager["step_s"], "s"),
-        Metric("throughput", B / comp["step_s"], B / eager["step_s"], "samples/s", better="higher"),
-    ]
+    result.metrics = _timings(comp, eager, B)
     result.notes.append(f"first compiled step (compilation included): {first:.2f} s")
     result.notes.append(f"ratio = compiled / eager; throughput = batch {B} / step time")
     return result
+
+
+def _timings(a: Dict[str, float], b: Dict[str, float], B: int) -> List[Metric]:
+    """Forward, backward and step time of rounds ``a`` and ``b``, and throughput at batch ``B``."""
+    return [
+        Metric("forward", a["forward_s"], b["forward_s"], "s"),
+        Metric("backward", a["backward_s"], b["backward_s"], "s"),
+        Metric("step (fwd + bwd)", a["step_s"], b["step_s"], "s"),
+        Metric("throughput", B / a["step_s"], B / b["step_s"], "samples/s", better="higher"),
+    ]
 
 
 def compare_reference(stepper, reference: Any, *, repeats: int, warmup: int) -> Comparison:
@@ -102,11 +107,7 @@ def compare_reference(stepper, reference: Any, *, repeats: int, warmup: int) -> 
     B = _batch(stepper)
     act_a = sum(v[2] for v in _count(stepper)[0].values())
     act_b = sum(v[2] for v in _count(other)[0].values())
-    result.metrics = [
-        Metric("forward", a["forward_s"], b["forward_s"], "s"),
-        Metric("backward", a["backward_s"], b["backward_s"], "s"),
-        Metric("step (fwd + bwd)", a["step_s"], b["step_s"], "s"),
-        Metric("throughput", B / a["step_s"], B / b["step_s"], "samples/s", better="higher"),
+    result.metrics = _timings(a, b, B) + [
         Metric("parameters", _param_bytes(ours), _param_bytes(ref), "bytes"),
         Metric("activations (saved for backward)", act_a, act_b, "bytes"),
     ]

@@ -32,6 +32,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from layerlab.errors import TorchWouldRaise, UsageError
 from layerlab.shapes.arith import adaptive_bins
+from layerlab.shapes.fpad import shape_str
 from layerlab.shapes.pool import index_error
 from layerlab.shapes.pool_steps import DIM_NAMES
 from layerlab.shapes.result import DimStep, Explanation, ShapeNote
@@ -42,10 +43,6 @@ MAX_LISTED_BINS = 1024
 
 def _raise(message: str, torch_message: str, exc: str = "RuntimeError", rule: str = "§6.3", **kw: Any) -> None:
     raise TorchWouldRaise(message, torch_exception=exc, torch_message=torch_message, rule=rule, **kw)
-
-
-def _sizes(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(x) for x in shape) + "]"
 
 
 def _normalise(value: Any) -> Any:
@@ -139,7 +136,7 @@ def _nd(ex: Explanation, variant: str, nd: int, shape: Tuple[int, ...], size: An
         return _avg_nd(ex, nd, shape, size, names=DIM_NAMES[nd], kept=kept)
     if len(shape) not in (nd + 1, nd + 2):
         _raise(f"{fn} needs a {nd + 1}-D or {nd + 2}-D input, got {len(shape)}-D",
-               f"{fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got: {_sizes(shape)}", where="input",
+               f"{fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got: {shape_str(shape)}", where="input",
                expected=f"{nd + 1} or {nd + 2} dims", got=len(shape),
                suggestions=[f"input of rank {nd + 1} or {nd + 2}"])
     _empty_check(shape, range(1, len(shape)), fn)
@@ -178,7 +175,7 @@ def _avg_nd(ex: Explanation, nd: int, shape: Tuple[int, ...], size: Tuple[int, .
         _empty_check(shape, range(1, len(shape)), fn)
     if len(shape) not in (nd + 1, nd + 2):
         _raise(f"{fn} needs a {nd + 1}-D or {nd + 2}-D input, got {len(shape)}-D",
-               f"{fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {_sizes(shape)}", where="input",
+               f"{fn}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {shape_str(shape)}", where="input",
                expected=f"{nd + 1} or {nd + 2} dims", got=len(shape),
                suggestions=[f"input of rank {nd + 1} or {nd + 2}"])
     _steps(ex, names, shape[-nd:], size, kept)
@@ -244,7 +241,7 @@ def _empty_check(shape: Tuple[int, ...], dims: Any, fn: str) -> None:
         if shape[i] == 0:
             _raise("the input has an empty dim that adaptive pooling cannot read",
                    f"{fn}(): Expected input to have non-zero size for non-batch dimensions, but input has sizes "
-                   f"{_sizes(shape)} with dimension {i} being empty", where="input", got=list(shape),
+                   f"{shape_str(shape)} with dimension {i} being empty", where="input", got=list(shape),
                    suggestions=["every non-batch dim ≥ 1"])
 
 
@@ -255,5 +252,5 @@ def _length_error(fn: str, nd: int, size: Tuple[int, ...], msg: str) -> None:
 
 def _negative(out_shape: Tuple[int, ...], first: int) -> None:
     _raise("AdaptiveMaxPool does not validate output_size; a negative entry fails when the output is created",
-           f"Trying to create tensor with negative dimension {first}: {_sizes(out_shape)}", where="output_size",
+           f"Trying to create tensor with negative dimension {first}: {shape_str(out_shape)}", where="output_size",
            expected="≥ 0", got=first, suggestions=["output_size ≥ 0"])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from layerlab.errors import TorchWouldRaise, UsageError
-from layerlab.shapes.fpad import negative_dimension
+from layerlab.shapes.fpad import negative_dimension, shape_str
 
 Advise = Optional[Callable[[str, dict], dict]]
 
@@ -51,11 +51,6 @@ _DEFAULT_EXPLAIN = {
     "negative-dimension": "channels and kernel_size must not be negative",
     "narrow": "padding='same' with this kernel removes more pixels than the input has",
 }
-
-
-def shape_str(shape: Sequence) -> str:
-    """ATen's ``IntArrayRef`` printing: ``[1, 3, 8, 8]``."""
-    return "[" + ", ".join(str(x) for x in shape) + "]"
 
 
 def fail(check: str, exc: str, torch_message: str, rule: str, advise: Advise = None, **data) -> TorchWouldRaise:

@@ -29,7 +29,9 @@ from typing import Optional, Sequence, Tuple
 from layerlab.errors import TorchWouldRaise
 
 
-def _shape(shape: Sequence[int]) -> str:
+def shape_str(shape: Sequence) -> str:
+    """ATen's ``IntArrayRef`` printing: ``[1, 3, 8, 8]`` (how torch's messages write sizes; the
+    messages of every shape module use this one)."""
     return "[" + ", ".join(str(x) for x in shape) + "]"
 
 
@@ -40,7 +42,7 @@ def _fail(exc: str, torch_message: str, message: str, **kw) -> TorchWouldRaise:
 def negative_dimension(shape: Sequence[int]) -> str:
     """The message of ``torch.empty(shape)`` with a negative size (the first one is named)."""
     first = next(x for x in shape if x < 0)
-    return f"Trying to create tensor with negative dimension {first}: {_shape(shape)}"
+    return f"Trying to create tensor with negative dimension {first}: {shape_str(shape)}"
 
 
 def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
@@ -103,7 +105,7 @@ def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
         raise _fail(
             "RuntimeError",
             f"Expected {m + 1}D or {m + 2}D (batch mode) tensor with possibly 0 batch size and other "
-            f"non-zero dimensions for input, but got: {_shape(shape)}",
+            f"non-zero dimensions for input, but got: {shape_str(shape)}",
             f"{mode} padding needs every dim except the batch to be non-empty",
             where="input", got=list(shape),
         )
@@ -114,7 +116,7 @@ def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
                 raise _fail(
                     "RuntimeError",
                     f"Argument #{arg}: Padding size should be less than the corresponding input dimension, "
-                    f"but got: padding ({pl[i]}, {pr[i]}) at dimension {lead + i} of input {_shape(shape)}",
+                    f"but got: padding ({pl[i]}, {pr[i]}) at dimension {lead + i} of input {shape_str(shape)}",
                     f"reflect padding must be smaller than the input size: padding ({pl[i]}, {pr[i]}) on a "
                     f"dim of size {sizes[i]} (a reflection cannot repeat the edge pixel)",
                     where=where[i], expected=f"padding ≤ {sizes[i] - 1}", got=(pl[i], pr[i]),

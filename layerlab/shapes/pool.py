@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Tuple
 
 from layerlab.errors import TorchWouldRaise, UsageError
 from layerlab.shapes.arith import effective_kernel, pool_out
+from layerlab.shapes.fpad import shape_str
 from layerlab.shapes.pool_steps import DIM_NAMES, dim_notes, dim_step, too_small_fixes
 from layerlab.shapes.result import Explanation, ShapeNote
 
@@ -65,10 +66,6 @@ def _expand(value: Any, nd: int) -> Tuple[int, ...]:
     if isinstance(value, tuple):
         return value * nd if len(value) == 1 else value
     return (value,) * nd
-
-
-def _sizes(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(x) for x in shape) + "]"
 
 
 def index_error(rank: int, dim: int) -> str:
@@ -157,7 +154,7 @@ def _non_empty(a: _Aten, shape: Tuple[int, ...], opname: str) -> None:
             _raise("the input has an empty channel or spatial dim (only the batch dim may be 0)"
                    if rank in (3, 4) else f"{opname} needs a 3-D (C, H, W) or 4-D (N, C, H, W) input",
                    "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:"
-                   + _sizes(shape), "§3.3", where="input", got=list(shape),
+                   + shape_str(shape), "§3.3", where="input", got=list(shape),
                    suggestions=["every dim except the batch dim ≥ 1"])
         return
     fn = "max_pool3d_with_indices_out_cpu_template" if a.variant == "max" else "avg_pool3d"
@@ -168,7 +165,7 @@ def _non_empty(a: _Aten, shape: Tuple[int, ...], opname: str) -> None:
             # torch prints the dim's length (always 0 here) where the dim's index is meant.
             _raise("the input has an empty channel or spatial dim (only the batch dim may be 0)",
                    f"{fn}(): Expected input's non-batch dimensions to have positive length, but input has a "
-                   f"shape of {_sizes(shape)} and non-batch dimension {size} has length zero!", "§3.3",
+                   f"shape of {shape_str(shape)} and non-batch dimension {size} has length zero!", "§3.3",
                    where="input", got=list(shape), suggestions=["every dim except the batch dim ≥ 1"])
 
 
@@ -318,7 +315,7 @@ def _max_pool1d(ex, shape, k, s, p, d, ceil) -> Tuple[int, ...]:
         _raise("MaxPool1d needs a 2-D (C, L) or 3-D (N, C, L) input with non-empty C and L"
                if rank in (2, 3) else f"MaxPool1d needs a 2-D (C, L) or 3-D (N, C, L) input, got {rank}-D",
                "max_pool1d: Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for input, "
-               f"but got:{_sizes(shape)}", "§3.4", where="input", got=list(shape),
+               f"but got:{shape_str(shape)}", "§3.4", where="input", got=list(shape),
                suggestions=["input (N, C, L) or (C, L) with C, L ≥ 1"])
     for name, v, tail in (
         ("kernel_size", k, "must be an int, list of ints or tuple of ints"),

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
 from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
+from tests.shapes.strategies import mostly
 
 nn = torch.nn
 
@@ -26,11 +27,6 @@ def check(op: str, shape, params) -> Outcome:
     return theirs
 
 
-def _rare(valid, invalid):
-    """Mostly ``valid`` values, about one draw in 20 from ``invalid``."""
-    return st.sampled_from(list(valid) * (20 // len(valid) + 1) + list(invalid))
-
-
 @st.composite
 def adaptive_cases(draw):
     kind = draw(st.sampled_from(["avg", "max"]))
@@ -38,11 +34,11 @@ def adaptive_cases(draw):
     rank = draw(st.sampled_from([nd + 2] * 16 + [nd + 1] * 8 + [-1] * 3))
     if rank == -1:
         rank = draw(st.integers(0, 6))
-    dims = [draw(_rare(range(1, 13), [0])) for _ in range(rank)]
+    dims = [draw(mostly(range(1, 13), [0])) for _ in range(rank)]
     if rank == nd + 2:
-        dims[:2] = [draw(st.sampled_from([1, 1, 2, 0])), draw(_rare([1, 2], [0]))]
+        dims[:2] = [draw(st.sampled_from([1, 1, 2, 0])), draw(mostly([1, 2], [0]))]
     # 1 (the avg fast path) and None (keep the input dim) often; 0 and negatives rarely.
-    entry = _rare(list(range(1, 13)) + [1, 1, 1] + ([None] * 3 if nd > 1 else []), [0, -1, -2] + [None] * (nd == 1))
+    entry = mostly(list(range(1, 13)) + [1, 1, 1] + ([None] * 3 if nd > 1 else []), [0, -1, -2] + [None] * (nd == 1))
     form = draw(st.sampled_from(["int"] * 5 + ["tuple"] * 8 + ["bad"]))
     if form == "int":
         size = draw(entry.filter(lambda v: v is not None))

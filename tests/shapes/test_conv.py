@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
 from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, normalise_message, torch_outcome
+from tests.shapes.strategies import often, per_dim
 
 nn = torch.nn
 PARAMS = ("stride", "padding", "dilation", "groups", "padding_mode")
@@ -42,26 +43,11 @@ def check(nd: int, shape, **params) -> Outcome:
 # --------------------------------------------------------------------------------------------
 # property tests
 
-def _per_dim(draw, nd: int, values):
-    """An int, an nd-tuple, a 1-tuple or (rarely) a tuple of the wrong length."""
-    form = draw(st.sampled_from(["int"] * 8 + ["tuple"] * 6 + ["one"] + ["bad"]))
-    if form == "int":
-        return draw(values)
-    if form == "one":
-        return (draw(values),)
-    n = nd if form == "tuple" else draw(st.sampled_from([n for n in (2, 3, 4) if n != nd]))
-    return tuple(draw(values) for _ in range(n))
-
-
-def _rare(common, rare):
-    return st.sampled_from(list(common) * 6 + list(rare))
-
-
 @st.composite
 def conv_cases(draw):
     nd = draw(st.sampled_from([1, 2, 3]))
-    groups = draw(_rare([1, 1, 1, 2], [0, -1, 3]))
-    channels = draw(_rare([1, 2, 3], [0])) * max(groups, 1)
+    groups = draw(often([1, 1, 1, 2], [0, -1, 3]))
+    channels = draw(often([1, 2, 3], [0])) * max(groups, 1)
     hi = 5 if nd == 3 else 9
     if draw(st.integers(0, 15)) == 0:  # large enough for oneDNN's "big input" rule
         spatial = [draw(st.integers(40, 150)) for _ in range(nd)] if nd < 3 else [draw(st.integers(12, 26))] * 3
@@ -75,19 +61,19 @@ def conv_cases(draw):
     elif rank == "extra":
         shape = [1] + shape
     params = dict(
-        in_channels=draw(_rare([channels], [0, 2, 4])),
-        out_channels=draw(_rare([1, 2, 3], [0, 5])) * max(groups, 1),
-        kernel_size=_per_dim(draw, nd, _rare([1, 2, 3, 4, 5], [0])),
-        stride=_per_dim(draw, nd, _rare([1, 1, 1, 2, 3], [0, -1])),
-        dilation=_per_dim(draw, nd, _rare([1, 1, 2, 3], [0, -1])),
+        in_channels=draw(often([channels], [0, 2, 4])),
+        out_channels=draw(often([1, 2, 3], [0, 5])) * max(groups, 1),
+        kernel_size=per_dim(draw, nd, often([1, 2, 3, 4, 5], [0])),
+        stride=per_dim(draw, nd, often([1, 1, 1, 2, 3], [0, -1])),
+        dilation=per_dim(draw, nd, often([1, 1, 2, 3], [0, -1])),
         groups=groups,
-        padding_mode=draw(_rare(["zeros"] * 5 + ["reflect", "replicate", "circular"], ["mirror"])),
+        padding_mode=draw(often(["zeros"] * 5 + ["reflect", "replicate", "circular"], ["mirror"])),
     )
     kind = draw(st.sampled_from(["int"] * 6 + ["same", "same", "valid", "bad", "neg"]))
     if kind == "int":
-        params["padding"] = _per_dim(draw, nd, st.integers(0, 3))
+        params["padding"] = per_dim(draw, nd, st.integers(0, 3))
     elif kind == "neg":
-        params["padding"] = _per_dim(draw, nd, st.integers(-2, 1))
+        params["padding"] = per_dim(draw, nd, st.integers(-2, 1))
     elif kind == "bad":
         params["padding"] = draw(st.sampled_from(["full", "Same"]))
     else:

@@ -17,6 +17,7 @@ from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
 from layerlab.shapes.arith import conv_transpose_out
 from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
+from tests.shapes.strategies import often, per_dim
 
 nn = torch.nn
 
@@ -48,20 +49,6 @@ def check(nd: int, shape, **params) -> Outcome:
 # --------------------------------------------------------------------------------------------
 # property tests
 
-def _per_dim(draw, nd: int, values):
-    form = draw(st.sampled_from(["int"] * 8 + ["tuple"] * 6 + ["one"] + ["bad"]))
-    if form == "int":
-        return draw(values)
-    if form == "one":
-        return (draw(values),)
-    n = nd if form == "tuple" else draw(st.sampled_from([n for n in (2, 3, 4) if n != nd]))
-    return tuple(draw(values) for _ in range(n))
-
-
-def _rare(common, rare):
-    return st.sampled_from(list(common) * 6 + list(rare))
-
-
 def _dims(value, nd):
     t = value if isinstance(value, tuple) else (value,) * nd
     return list(t) * nd if len(t) == 1 else list(t)
@@ -70,8 +57,8 @@ def _dims(value, nd):
 @st.composite
 def conv_transpose_cases(draw):
     nd = draw(st.sampled_from([1, 2, 3]))
-    groups = draw(_rare([1, 1, 1, 2], [0, -1, 3]))
-    channels = draw(_rare([1, 2, 3], [0])) * max(groups, 1)
+    groups = draw(often([1, 1, 1, 2], [0, -1, 3]))
+    channels = draw(often([1, 2, 3], [0])) * max(groups, 1)
     hi = 4 if nd == 3 else 8
     spatial = [draw(st.integers(0, hi)) for _ in range(nd)]
     if draw(st.integers(0, 15)) == 0:
@@ -84,13 +71,13 @@ def conv_transpose_cases(draw):
     elif rank == "extra":
         shape = [1] + shape
     params = dict(
-        in_channels=draw(_rare([channels], [0, 2, 4])),
-        out_channels=draw(_rare([1, 2, 3], [0, 5])) * max(groups, 1),
-        kernel_size=_per_dim(draw, nd, _rare([1, 2, 3, 4], [0])),
-        stride=_per_dim(draw, nd, _rare([1, 2, 2, 3], [0, -1])),
-        padding=_per_dim(draw, nd, _rare([0, 0, 1, 1, 2], [-1, 4])),
-        output_padding=_per_dim(draw, nd, _rare([0, 0, 0, 1], [-1, 2, 3])),
-        dilation=_per_dim(draw, nd, _rare([1, 1, 2, 3], [0, -1])),
+        in_channels=draw(often([channels], [0, 2, 4])),
+        out_channels=draw(often([1, 2, 3], [0, 5])) * max(groups, 1),
+        kernel_size=per_dim(draw, nd, often([1, 2, 3, 4], [0])),
+        stride=per_dim(draw, nd, often([1, 2, 2, 3], [0, -1])),
+        padding=per_dim(draw, nd, often([0, 0, 1, 1, 2], [-1, 4])),
+        output_padding=per_dim(draw, nd, often([0, 0, 0, 1], [-1, 2, 3])),
+        dilation=per_dim(draw, nd, often([1, 1, 2, 3], [0, -1])),
         groups=groups,
     )
     if 0 in _dims(params["dilation"], nd):

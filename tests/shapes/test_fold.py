@@ -11,6 +11,7 @@ from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
 from layerlab.shapes.arith import conv_out
 from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
+from tests.shapes.strategies import often
 
 nn = torch.nn
 
@@ -30,16 +31,12 @@ def _pair(draw, values):
     return tuple(draw(values) for _ in range(n))
 
 
-def _rare(common, rare):
-    return st.sampled_from(list(common) * 6 + list(rare))
-
-
 def _arg_sets(draw):
     return dict(
-        kernel_size=_pair(draw, _rare([1, 2, 3, 4], [0, -1])),
-        dilation=_pair(draw, _rare([1, 1, 2], [0])),
-        padding=_pair(draw, _rare([0, 0, 1, 2], [-1])),
-        stride=_pair(draw, _rare([1, 1, 2, 3], [0])),
+        kernel_size=_pair(draw, often([1, 2, 3, 4], [0, -1])),
+        dilation=_pair(draw, often([1, 1, 2], [0])),
+        padding=_pair(draw, often([0, 0, 1, 2], [-1])),
+        stride=_pair(draw, often([1, 1, 2, 3], [0])),
     )
 
 
@@ -47,7 +44,7 @@ def _arg_sets(draw):
 def unfold_cases(draw):
     params = _arg_sets(draw)
     batch = draw(st.sampled_from([None, 0, 1, 2]))
-    shape = ([] if batch is None else [batch]) + [draw(_rare([1, 2, 3], [0]))]
+    shape = ([] if batch is None else [batch]) + [draw(often([1, 2, 3], [0]))]
     shape += [draw(st.integers(0, 9)) for _ in range(2)]
     rank = draw(st.sampled_from(["ok"] * 20 + ["2d", "1d", "0d", "5d"]))
     if rank == "2d":
@@ -72,18 +69,18 @@ def test_unfold_matches_torch(case):
 @st.composite
 def fold_cases(draw):
     params = _arg_sets(draw)
-    out = tuple(draw(_rare(range(1, 11), [-1, 0])) for _ in range(2))
+    out = tuple(draw(often(range(1, 11), [-1, 0])) for _ in range(2))
     params["output_size"] = draw(st.sampled_from([out, out, out, out[0], out + (4,)]))
     k = params["kernel_size"]
     kk = (k * k) if isinstance(k, int) else (k[0] * k[-1])
-    channels = max(draw(_rare([1, 2], [0])) * kk + draw(_rare([0], [1])), 0)
+    channels = max(draw(often([1, 2], [0])) * kk + draw(often([0], [1])), 0)
     try:  # the block count the output size gives, when the arguments make sense
         kt, dt, pt, stt = ((v, v) if isinstance(v, int) else v for v in (k, params["dilation"], params["padding"],
                                                                          params["stride"]))
         blocks = conv_out(out[0], kt[0], stt[0], pt[0], dt[0]) * conv_out(out[1], kt[1], stt[1], pt[1], dt[1])
     except (ZeroDivisionError, IndexError):
         blocks = 4
-    length = max(draw(_rare([blocks], [blocks + 1, 0])), 0)  # torch.zeros needs sizes ≥ 0
+    length = max(draw(often([blocks], [blocks + 1, 0])), 0)  # torch.zeros needs sizes ≥ 0
     batch = draw(st.sampled_from([None, 0, 1, 2]))
     shape = ([] if batch is None else [batch]) + [channels, length]
     if draw(st.integers(0, 20)) == 0:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
 from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
+from tests.shapes.strategies import mostly
 
 nn = torch.nn
 INF = float("inf")
@@ -53,21 +54,16 @@ def _written(draw, values, nd: int):
     return tuple((list(values) * 4)[:n])
 
 
-def _rare(valid, invalid):
-    """Mostly ``valid`` values, about one draw in 20 from ``invalid``."""
-    return st.sampled_from(list(valid) * (20 // len(valid) + 1) + list(invalid))
-
-
 @st.composite
 def shapes(draw, nd: int):
     rank = draw(st.sampled_from([nd + 2] * 16 + [nd + 1] * 8 + [-1] * 2))
     if rank == -1:  # any rank, right or wrong
         rank = draw(st.integers(0, 6))
-    dims = [draw(_rare(range(1, 17), [0])) for _ in range(rank)]
+    dims = [draw(mostly(range(1, 17), [0])) for _ in range(rank)]
     if rank == nd + 2:
-        dims[:2] = [draw(st.sampled_from([1, 1, 2, 0])), draw(_rare([1, 2], [0]))]
+        dims[:2] = [draw(st.sampled_from([1, 1, 2, 0])), draw(mostly([1, 2], [0]))]
     elif rank == nd + 1:
-        dims[0] = draw(_rare([1, 2], [0]))
+        dims[0] = draw(mostly([1, 2], [0]))
     return tuple(dims)
 
 
@@ -75,23 +71,23 @@ def shapes(draw, nd: int):
 def pool_cases(draw):
     kind = draw(st.sampled_from(["max", "avg", "lp"]))
     nd = draw(st.sampled_from([1, 2, 3]))
-    ks = [draw(_rare([1, 2, 2, 3, 3, 4, 5], [0, -1])) for _ in range(nd)]
+    ks = [draw(mostly([1, 2, 2, 3, 3, 4, 5], [0, -1])) for _ in range(nd)]
     params = dict(kernel_size=_written(draw, ks, nd), ceil_mode=draw(st.booleans()))
     if draw(st.booleans()):
         params["stride"] = None
     else:
-        params["stride"] = _written(draw, [draw(_rare([1, 1, 2, 2, 3, 4], [0, -1])) for _ in range(nd)], nd)
-    pads = [draw(_rare(range(0, max(k, 0) // 2 + 1), [max(k, 0) // 2 + 1, -1])) for k in ks]
+        params["stride"] = _written(draw, [draw(mostly([1, 1, 2, 2, 3, 4], [0, -1])) for _ in range(nd)], nd)
+    pads = [draw(mostly(range(0, max(k, 0) // 2 + 1), [max(k, 0) // 2 + 1, -1])) for k in ks]
     if kind == "max":
         params.update(padding=_written(draw, pads, nd),
-                      dilation=_written(draw, [draw(_rare([1, 1, 1, 2, 3], [0])) for _ in range(nd)], nd),
+                      dilation=_written(draw, [draw(mostly([1, 1, 1, 2, 3], [0])) for _ in range(nd)], nd),
                       return_indices=draw(st.booleans()))
     elif kind == "avg":
         params.update(padding=_written(draw, pads, nd), count_include_pad=draw(st.booleans()))
         if nd > 1:
-            params["divisor_override"] = draw(_rare([None, None, 2], [0, -1]))
+            params["divisor_override"] = draw(mostly([None, None, 2], [0, -1]))
     else:
-        params["norm_type"] = draw(_rare([1, 2, 3, INF, -INF], [0]))
+        params["norm_type"] = draw(mostly([1, 2, 3, INF, -INF], [0]))
     return f"{kind}_pool{nd}d", draw(shapes(nd)), params
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
 from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
+from tests.shapes.strategies import mostly
 
 nn = torch.nn
 
@@ -28,34 +29,30 @@ def check(shape, params) -> Outcome:
     return theirs
 
 
-def _rare(valid, invalid):
-    return st.sampled_from(list(valid) * (20 // len(valid) + 1) + list(invalid))
-
-
 @st.composite
 def upsample_cases(draw):
     rank = draw(st.sampled_from([3, 4, 5] * 8 + [-1]))
     if rank == -1:
         rank = draw(st.integers(0, 6))
-    dims = [draw(_rare(list(range(1, 13)) + [100, 90, 200], [0])) for _ in range(rank)]
+    dims = [draw(mostly(list(range(1, 13)) + [100, 90, 200], [0])) for _ in range(rank)]
     if rank >= 2:
-        dims[:2] = [draw(st.sampled_from([1, 1, 2, 0])), draw(_rare([1, 2], [0]))]
+        dims[:2] = [draw(st.sampled_from([1, 1, 2, 0])), draw(mostly([1, 2], [0]))]
     spatial = max(rank - 2, 0)
     # Mostly the mode that fits the rank, sometimes any mode (or an unknown one).
     fitting = {3: ["linear"], 4: ["bilinear", "bicubic"], 5: ["trilinear"]}.get(rank, [])
-    mode = draw(_rare(fitting * 3 + ["nearest", "nearest-exact", "area"] * 2, MODES + ["lanczos", "foo"]))
+    mode = draw(mostly(fitting * 3 + ["nearest", "nearest-exact", "area"] * 2, MODES + ["lanczos", "foo"]))
     params = dict(mode=mode)
-    n = draw(_rare([spatial], [0, 1, 2, 3]))  # tuple length, rarely wrong
+    n = draw(mostly([spatial], [0, 1, 2, 3]))  # tuple length, rarely wrong
     how = draw(st.sampled_from(["size"] * 8 + ["scale"] * 10 + ["both", "neither"]))
     if how in ("size", "both"):
-        entry = _rare(range(1, 13), [0, -1])
+        entry = mostly(range(1, 13), [0, -1])
         params["size"] = draw(entry) if draw(st.booleans()) else tuple(draw(entry) for _ in range(n))
     if how in ("scale", "both"):
-        entry = _rare(SCALES, [0, -0.5])
+        entry = mostly(SCALES, [0, -0.5])
         params["scale_factor"] = draw(entry) if draw(st.booleans()) else tuple(draw(entry) for _ in range(n))
-    if draw(_rare([False], [True])) or (mode in ("linear", "bilinear", "bicubic", "trilinear") and draw(st.booleans())):
+    if draw(mostly([False], [True])) or (mode in ("linear", "bilinear", "bicubic", "trilinear") and draw(st.booleans())):
         params["align_corners"] = draw(st.booleans())
-    params["recompute_scale_factor"] = draw(_rare([None, False] + [True] * ("size" not in params), [True]))
+    params["recompute_scale_factor"] = draw(mostly([None, False] + [True] * ("size" not in params), [True]))
     return tuple(dims), params
 
 

@@ -1,0 +1,14 @@
+"""Fixtures shared by more than one test package."""
+
+import pytest
+
+
+@pytest.fixture
+def one_thread():
+    """One torch intra-op thread during the test (the count before is restored after)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
