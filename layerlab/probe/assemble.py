@@ -14,9 +14,9 @@ import torch
 
 from layerlab.errors import Problem
 from layerlab.probe.formula import check_call
-from layerlab.probe.hooks import Recorder, dtype_name
+from layerlab.probe.hooks import Recorder, device_name, dtype_name
 from layerlab.probe.report import CallRecord, FormulaCheck, ParamRecord, TensorInfo
-from layerlab.probe.stats import finish_norms, finish_stats, grad_stats, l2_norms
+from layerlab.probe.stats import finish_norms, finish_stats, grad_stats, l2_norms, l2_norms_of
 
 
 def fill_tensor_stats(recorder: Recorder, infos: Sequence[TensorInfo]) -> None:
@@ -45,20 +45,30 @@ def param_records(
     scale: float,
     vanish: float,
     explode: float,
+    named: Optional[List[Tuple[str, torch.nn.Parameter]]] = None,
 ) -> List[ParamRecord]:
-    """One record per parameter; with ``grads`` (name → gradient) the gradient columns and flags."""
-    named = list(module.named_parameters())
-    weight_norms = finish_norms(l2_norms([p for _, p in named]))
+    """One record per parameter; with ``grads`` (name → gradient) the gradient columns and flags.
+
+    ``named``: ``list(module.named_parameters())`` when the caller has it already.
+    """
+    if named is None:
+        named = list(module.named_parameters())
+    tensors = [p for _, p in named]
     grad_norms: List[Optional[float]] = [None] * len(named)
-    if grads is not None:
-        present = [n for n, _ in named if grads.get(n) is not None]
-        by_name = dict(zip(present, l2_norms([grads[n] for n in present])))
-        grad_norms = finish_norms([by_name.get(n) for n, _ in named])
+    if grads is None:
+        weight_norms = finish_norms(l2_norms(tensors))
+    else:
+        present = [i for i, (n, _) in enumerate(named) if grads.get(n) is not None]
+        weights, got = l2_norms_of(tensors, [grads[named[i][0]] for i in present])
+        values = finish_norms(weights + got)  # one conversion for both
+        weight_norms = values[:len(named)]
+        for i, value in zip(present, values[len(named):]):
+            grad_norms[i] = value
     records = []
     for (name, p), norm, g in zip(named, weight_norms, grad_norms):
         rec = ParamRecord(
             name=name, module=name.rpartition(".")[0], shape=list(p.shape), dtype=dtype_name(p.dtype),
-            device=str(p.device), numel=p.numel(), trainable=p.requires_grad, norm=norm,
+            device=device_name(p.device), numel=p.numel(), trainable=p.requires_grad, norm=norm,
         )
         if grads is not None and p.requires_grad:
             _judge_param(rec, g, scale=scale, vanish=vanish, explode=explode)
@@ -217,6 +227,9 @@ def output_grad_scale(outputs: List[TensorInfo]) -> Optional[float]:
     return sum(g * g for g in norms) ** 0.5 if norms else None
 
 
-def totals(module: torch.nn.Module) -> Tuple[int, int]:
-    params = list(module.parameters())
+def totals(
+    module: torch.nn.Module, named: Optional[List[Tuple[str, torch.nn.Parameter]]] = None
+) -> Tuple[int, int]:
+    """All and trainable parameter counts (``named``: ``list(module.named_parameters())`` if known)."""
+    params = [p for _, p in named] if named is not None else list(module.parameters())
     return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)

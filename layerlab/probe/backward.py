@@ -30,9 +30,16 @@ def differentiable_outputs(output: Any) -> List[torch.Tensor]:
     ]
 
 
-def grad_targets(module: torch.nn.Module, inputs: Sequence[Any]) -> Tuple[List, List]:
-    """Trainable parameters ``[(name, p)]`` and the input tensors that are leaves requiring grad."""
-    params = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+def grad_targets(
+    module: torch.nn.Module, inputs: Sequence[Any], named: Optional[List] = None
+) -> Tuple[List, List]:
+    """Trainable parameters ``[(name, p)]`` and the input tensors that are leaves requiring grad.
+
+    ``named``: ``list(module.named_parameters())`` when the caller has it already.
+    """
+    if named is None:
+        named = list(module.named_parameters())
+    params = [(n, p) for n, p in named if p.requires_grad]
     leaves = []
     for value in inputs:
         for _, t in flatten(value):
@@ -47,10 +54,12 @@ def run_backward(
     *,
     loss: Optional[Callable[[Any], torch.Tensor]],
     seed: int,
+    outs: Optional[List[torch.Tensor]] = None,
 ) -> Tuple[Optional[float], List[Optional[torch.Tensor]], str]:
     """Differentiate the loss w.r.t. ``targets``: ``(loss_value, grads, loss_description)``.
 
-    Raises whatever autograd raises (the caller turns it into a failure).
+    ``outs``: ``differentiable_outputs(output)`` when the caller has it already. Raises whatever
+    autograd raises (the caller turns it into a failure).
     """
     if loss is not None:
         value = loss(output)
@@ -58,7 +67,8 @@ def run_backward(
             raise TypeError(f"loss must return a scalar tensor, got {type(value).__name__}")
         grads = torch.autograd.grad(value, targets, allow_unused=True)
         return float(value.detach()), list(grads), getattr(loss, "__name__", "user loss")
-    outs = differentiable_outputs(output)
+    if outs is None:
+        outs = differentiable_outputs(output)
     projections = random_projection(outs, seed)
     value = sum(_dot(o.detach(), r) for o, r in zip(outs, projections))
     grads = torch.autograd.grad(outs, targets, grad_outputs=projections, allow_unused=True)
@@ -68,12 +78,35 @@ def run_backward(
 def random_projection(outs: List[torch.Tensor], seed: int) -> List[torch.Tensor]:
     """One seeded ``U(−1, 1)`` draw for all outputs together, scaled to unit norm, split per output."""
     sizes = [o.numel() for o in outs]
-    flat = torch.empty(sum(sizes)).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed(seed))
-    flat /= torch.linalg.vector_norm(flat)
     return [
         part.view(o.shape).to(device=o.device, dtype=o.dtype)
-        for part, o in zip(torch.split(flat, sizes), outs)
+        for part, o in zip(torch.split(_unit_draw(seed, sum(sizes)), sizes), outs)
     ]
+
+
+#: The last projection drawn: ``(seed, numel, dtype) -> (tensor, its _version)``. Drawing is the
+#: costly part (the generator is serial: about 3 ns a value, 0.3 ms for a 16×50×128 output), and
+#: inspecting the same model again draws the same values, so the last one is kept when it has at
+#: most _DRAW_CACHE_MAX values. Its views are handed to autograd as read-only output gradients;
+#: should anything write into them (a user's gradient hook working in place), the version
+#: counter they share with the kept tensor moves, and the next call draws afresh.
+_last_draw: dict = {}
+_DRAW_CACHE_MAX = 1 << 20
+
+
+def _unit_draw(seed: int, n: int) -> torch.Tensor:
+    """``n`` values from ``U(−1, 1)`` of a generator seeded with ``seed`` (default dtype, CPU),
+    scaled to unit L2 norm."""
+    key = (seed, n, torch.get_default_dtype())
+    kept = _last_draw.get(key)
+    if kept is not None and kept[0]._version == kept[1]:
+        return kept[0]
+    flat = torch.empty(n).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed(seed))
+    flat /= torch.linalg.vector_norm(flat)
+    if n <= _DRAW_CACHE_MAX:
+        _last_draw.clear()
+        _last_draw[key] = (flat, flat._version)
+    return flat
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> float:

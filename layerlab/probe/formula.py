@@ -47,16 +47,36 @@ def _class_nd(module: nn.Module) -> Optional[int]:
     return None
 
 
+def _family(cls: type) -> Optional[str]:
+    """The explain-shape family of a torch.nn class (``None``: no formula), looked up once per class."""
+    try:
+        return _FAMILY_OF[cls]
+    except KeyError:
+        pass
+    found = next((family for base, family in _TORCH_OPS if issubclass(cls, base)), None)
+    if len(_FAMILY_OF) >= 1024:  # classes made on the fly (torch.fx) are not kept forever
+        _FAMILY_OF.clear()
+    _FAMILY_OF[cls] = found
+    return found
+
+
+_FAMILY_OF: Dict[type, Optional[str]] = {}
+
+
 def shape_op(module: nn.Module) -> Optional[Tuple[str, Dict[str, Any]]]:
     """``(op, params)`` explain-shape needs to predict ``module``'s output size, or ``None``."""
-    own = getattr(module, "layerlab_shape_op", None)
+    # a method of the class or a function set on the instance; not getattr(module, …), which for
+    # every module without it goes through nn.Module.__getattr__ and builds an AttributeError
+    own = getattr(type(module), "layerlab_shape_op", None)
+    if own is not None:
+        own = getattr(module, "layerlab_shape_op")
+    else:
+        own = vars(module).get("layerlab_shape_op")
     if callable(own):
         op, params = own()
         return op, dict(params)
-    for cls, family in _TORCH_OPS:
-        if isinstance(module, cls):
-            break
-    else:
+    family = _family(type(module))
+    if family is None:
         return None
     from layerlab.shapes.ops import FAMILIES, resolve
 
@@ -94,10 +114,8 @@ def check_call(record: CallRecord, module: nn.Module) -> Optional[FormulaCheck]:
         call=record.index, path=record.path, op=op, formula_call=op, input_shape=in_shape,
         predicted=None, actual=actual,
     )
-    from layerlab.shapes import explain
-
     try:
-        ex = explain(op, in_shape, **params)
+        ex = _explain(op, in_shape, params)
     except (LayerlabError, ModuleNotFoundError) as exc:
         check.note = f"explain-shape cannot check {op}: {getattr(exc, 'message', exc)}"
         return check
@@ -115,6 +133,46 @@ def check_call(record: CallRecord, module: nn.Module) -> Optional[FormulaCheck]:
     if not check.passed:
         check.note = f"predicted {check.predicted}, the layer returned {actual}"
     return check
+
+
+def _explain(op: str, in_shape: List[int], params: Dict[str, Any]):
+    """``explain(op, in_shape, **params)``, remembered: the arithmetic is a pure function of its
+    arguments, and the same layers see the same shapes again (repeated blocks, repeated runs).
+    Only arguments that are numbers, strings, ``None`` or tuples/lists of ints are remembered,
+    with their types (``True`` and ``1`` print differently in the formula); errors are not kept.
+    """
+    from layerlab.shapes import explain
+
+    key = _cache_key(op, in_shape, params)
+    if key is None:
+        return explain(op, in_shape, **params)
+    found = _EXPLAINED.get(key)
+    if found is None:
+        found = explain(op, in_shape, **params)
+        if len(_EXPLAINED) >= 4096:
+            _EXPLAINED.clear()
+        _EXPLAINED[key] = found
+    return found
+
+
+_EXPLAINED: Dict[tuple, Any] = {}
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _cache_key(op: str, in_shape: List[int], params: Dict[str, Any]) -> Optional[tuple]:
+    items = []
+    for name, value in params.items():
+        kind = type(value)
+        if kind is tuple or kind is list:
+            if not all(type(v) is int for v in value):
+                return None
+            value = tuple(value)
+        elif kind not in _SCALARS:
+            return None
+        items.append((name, kind, value))
+    if not all(type(n) is int for n in in_shape):
+        return None
+    return op, tuple(in_shape), tuple(items)
 
 
 def explain_failure(module: nn.Module, input_shape: List[int]):

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from layerlab.probe.report import CallRecord, TensorInfo
-from layerlab.probe.stats import l2_norm, tensor_stats
+from layerlab.probe.stats import grad_norm, tensor_stats
 
 
 class ProbeBug(Exception):
@@ -45,6 +45,17 @@ def dtype_name(dtype: torch.dtype) -> str:
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+_DEVICE_NAMES: Dict[torch.device, str] = {}
+
+
+def device_name(device: torch.device) -> str:
+    """``str(device)``, remembered (it is asked for every tensor and parameter)."""
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
     return name
 
 
@@ -83,26 +94,50 @@ def _holds_tensors(values) -> bool:
     return any(isinstance(v, (torch.Tensor, tuple, list, dict)) for v in values)
 
 
-def flatten(value: Any, name: str = "", depth: int = 0):
-    """Yield ``(name, leaf)`` for every element of nested tuples, lists, dicts and namedtuples.
+def flatten(value: Any, name: str = "", depth: int = 0) -> List[Tuple[str, Any]]:
+    """``[(name, leaf)]`` for every element of nested tuples, lists, dicts and namedtuples.
 
     A sequence of plain values (``output_size=[12, 12]``) is one leaf.
     """
+    if isinstance(value, torch.Tensor):  # the common case, without building anything
+        return [(name, value)]
+    out: List[Tuple[str, Any]] = []
+    _flatten_into(out, value, name, depth)
+    return out
+
+
+def _flatten_into(out: list, value: Any, name: str, depth: int) -> None:
     if isinstance(value, torch.Tensor) or depth > 4:
-        yield name, value
+        out.append((name, value))
     elif isinstance(value, (tuple, list)) and not _holds_tensors(value):
-        yield name, value
+        out.append((name, value))
     elif isinstance(value, tuple) and hasattr(value, "_fields"):
         for field_name, v in zip(value._fields, value):
-            yield from flatten(v, f"{name}.{field_name}", depth + 1)
+            _flatten_into(out, v, f"{name}.{field_name}", depth + 1)
     elif isinstance(value, (tuple, list)) and value and len(value) <= 64:
         for i, v in enumerate(value):
-            yield from flatten(v, f"{name}[{i}]", depth + 1)
+            _flatten_into(out, v, f"{name}[{i}]", depth + 1)
     elif isinstance(value, dict) and value and len(value) <= 64:
         for k, v in value.items():
-            yield from flatten(v, f"{name}[{k}]", depth + 1)
+            _flatten_into(out, v, f"{name}[{k}]", depth + 1)
     else:
-        yield name, value
+        out.append((name, value))
+
+
+def _subtree_params(module: torch.nn.Module, memo: Dict[int, dict]) -> Dict[int, torch.nn.Parameter]:
+    """``module.parameters()`` as ``{id: p}`` (each once), from the children's, memoised in ``memo``:
+    one walk of the tree for all modules rather than one per module."""
+    found = memo.get(id(module))
+    if found is None:
+        memo[id(module)] = found = {}  # a module reached again through a cycle adds nothing
+        for p in module._parameters.values():
+            if p is not None:
+                found.setdefault(id(p), p)
+        for child in module._modules.values():
+            if child is not None:
+                for key, p in _subtree_params(child, memo).items():
+                    found.setdefault(key, p)
+    return found
 
 
 class Recorder:
@@ -133,9 +168,13 @@ class Recorder:
         self._ended = 0
 
     # -- installation ----------------------------------------------------------------------------
-    def install(self) -> None:
-        for path, module in self.root.named_modules():
-            params = list(module.parameters())
+    def install(self, named_modules: Optional[List[Tuple[str, torch.nn.Module]]] = None) -> None:
+        """Hook every submodule (``named_modules``: ``root.named_modules()`` if the caller has it)."""
+        if named_modules is None:
+            named_modules = list(self.root.named_modules())
+        subtree: Dict[int, Dict[int, torch.nn.Parameter]] = {}
+        for path, module in named_modules:
+            params = _subtree_params(module, subtree).values()
             self._info[id(module)] = (
                 path,
                 path.count(".") + 1 if path else 0,
@@ -170,7 +209,7 @@ class Recorder:
 
     def _on_grad(self, slot: int, grad: torch.Tensor) -> None:
         try:
-            self.slot_grads[slot] = l2_norm(grad)
+            self.slot_grads[slot] = grad_norm(grad)
             self.grad_order.append(slot)
         except Exception as exc:  # pragma: no cover - a bug in layerlab, not in the model
             raise ProbeBug(exc) from exc
@@ -186,7 +225,7 @@ class Recorder:
             name=name,
             shape=list(value.shape),
             dtype=dtype_name(value.dtype),
-            device=str(value.device),
+            device=device_name(value.device),
             requires_grad=value.requires_grad,
             grad_fn=type(fn).__name__ if fn is not None else None,
             source=self.slot_producer[slot] if producer is None else None,

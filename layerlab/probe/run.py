@@ -77,17 +77,20 @@ def inspect(
     if mode not in (None, "train", "eval"):
         raise UsageError("mode must be 'train' or 'eval'", where="mode", expected="train | eval", got=mode)
     fwd_kwargs = {**(forward_kwargs or {}), **kwargs}
-    flags = [(m, m.training) for m in module.modules()]
+    named_modules = list(module.named_modules())
+    flags = [(m, m.training) for _, m in named_modules]
     recorder = Recorder(module, stats=stats, grads=backward)
     failure = None
     timing: Dict[str, float] = {}
     back = None
     try:
         if mode is not None:
-            module.train(mode == "train")
-        used_mode = _mode_name(module)
-        recorder.install()
-        with _seeded(seed, [*module.parameters(), *inputs, *fwd_kwargs.values()]):
+            module.train(mode == "train")  # a module's own train() may keep a child in eval
+            used_mode = _mode_name(m.training for m in module.modules())
+        else:
+            used_mode = _mode_name(flag for _, flag in flags)
+        recorder.install(named_modules)
+        with _seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
             start = time.perf_counter()
             try:
                 output = module(*inputs, **fwd_kwargs)
@@ -105,7 +108,8 @@ def inspect(
     finally:
         recorder.remove()
         for m, flag in flags:
-            m.training = flag
+            if m.training is not flag:  # nn.Module.__setattr__ is slow: only where it changed
+                m.training = flag
     start = time.perf_counter()
     report = _assemble(module, recorder, used_mode, failure, back, backward, vanish, explode)
     timing["report_s"] = time.perf_counter() - start
@@ -114,18 +118,21 @@ def inspect(
 
 
 @contextlib.contextmanager
-def _seeded(seed: Optional[int], values: list):
+def _seeded(seed: Optional[int], module, values: list):
     """Run with the global RNG seeded (dropout masks reproducible), then put it back as it was.
 
-    ``values`` (parameters and inputs) say which CUDA devices' generators to fork too.
+    The module's parameters and ``values`` (the inputs) say which CUDA devices' generators to fork
+    too (none to look for while CUDA is not initialised: no tensor can be there).
     """
     if seed is None:
         yield
         return
     import torch
 
-    devices = sorted({v.device.index or 0 for v in values
-                      if isinstance(v, torch.Tensor) and v.device.type == "cuda"})
+    devices = []
+    if torch.cuda.is_initialized():
+        devices = sorted({v.device.index or 0 for v in [*module.parameters(), *values]
+                          if isinstance(v, torch.Tensor) and v.device.type == "cuda"})
     with torch.random.fork_rng(devices=devices):
         # not torch.manual_seed: on a CPU-only build it still queues a CUDA seeding with a
         # formatted stack trace, which costs more than a small model's forward
@@ -135,8 +142,8 @@ def _seeded(seed: Optional[int], values: list):
         yield
 
 
-def _mode_name(module) -> str:
-    flags = {m.training for m in module.modules()}
+def _mode_name(training_flags) -> str:
+    flags = set(training_flags)
     return "train" if flags == {True} else "eval" if flags == {False} else "mixed"
 
 
@@ -172,10 +179,12 @@ def _backward(module, output, inputs, recorder, loss, seed):
     from layerlab.probe.hooks import ProbeBug
     from layerlab.probe.report import BackwardInfo
 
-    params, leaves = grad_targets(module, inputs)
+    named = list(module.named_parameters())
+    params, leaves = grad_targets(module, inputs, named)
     targets = [p for _, p in params] + leaves
-    state = {"info": BackwardInfo(ran=False, loss="none"), "grads": None}
-    if loss is None and not differentiable_outputs(output):
+    state = {"info": BackwardInfo(ran=False, loss="none"), "grads": None, "named": named}
+    outs = differentiable_outputs(output) if loss is None else None
+    if loss is None and not outs:
         state["info"].skipped = (
             "no floating output requires grad (no trainable parameter or grad-requiring input "
             "reaches it, or the forward ran under torch.no_grad)"
@@ -185,7 +194,7 @@ def _backward(module, output, inputs, recorder, loss, seed):
         state["info"].skipped = "nothing to differentiate: no trainable parameter and no input with requires_grad"
         return state, None
     try:
-        value, grads, description = run_backward(output, targets, loss=loss, seed=seed)
+        value, grads, description = run_backward(output, targets, loss=loss, seed=seed, outs=outs)
     except ProbeBug as bug:
         raise bug.original from None
     except Exception as exc:  # autograd (or the user's loss) raised
@@ -230,8 +239,9 @@ def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
     scale = A.output_grad_scale(outputs) if info.ran else None
     info.output_grad_norm = scale
     scale = scale or 1.0
+    named = back["named"] if back else list(module.named_parameters())
     params = A.param_records(
-        module, back["grads"] if back else None, scale=scale, vanish=vanish, explode=explode
+        module, back["grads"] if back else None, scale=scale, vanish=vanish, explode=explode, named=named
     )
     problems = []
     first_nan = A.first_nonfinite_forward(recorder.calls)
@@ -243,7 +253,7 @@ def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
             problems.append(bad_grad)
         problems += A.activation_grad_problems(recorder.calls, scale, vanish, explode)
         problems += A.param_problems(params, recorder.calls, vanish, explode)
-    total, trainable = A.totals(module)
+    total, trainable = A.totals(module, named)
     return InspectReport(
         model=type(module).__name__,
         mode=mode,

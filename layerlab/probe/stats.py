@@ -1,8 +1,11 @@
-"""Cheap tensor statistics, kept as small tensors during the run and converted once at the end.
+"""Cheap tensor statistics: read at once on CPU, kept as small tensors on accelerators.
 
-The hot path (once per distinct module output) is four fast reductions over the tensor — ``sum``,
-the L2 norm, ``aminmax`` and a count of non-zeros (see :func:`count_nonzero`) — with no host synchronisation on accelerators:
-the results stay on the tensor's device until :func:`finish_stats` converts them.
+The hot path (once per distinct module output) is a few fast reductions over the tensor — ``sum``,
+the L2 norm, ``aminmax`` and a count of non-zeros (see :func:`count_nonzero`). On CPU reading a
+value costs nothing, so the results are read as Python numbers right away: no small tensors to
+stack and convert later, and some passes are skipped by what the first ones show (see
+:func:`_moments_now`). On other devices nothing is read: the results stay on the tensor's device
+until :func:`finish_stats` converts them all with one transfer.
 
 mean and std come from the sum and the L2 norm (``std² = ‖x‖²/n − mean²``, population std): on
 CPU these two passes are several times faster than ``torch.std_mean``'s Welford pass, and exact
@@ -17,8 +20,10 @@ every tensor instead and the statistics then cover all elements.
 from __future__ import annotations
 
 import math
+import struct
 from typing import List, Optional
 
+import numpy as np
 import torch
 
 from layerlab.probe.report import GradStats, Stats
@@ -26,6 +31,7 @@ from layerlab.probe.report import GradStats, Stats
 _HALF = (torch.float16, torch.bfloat16)
 _BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
          torch.bfloat16: torch.int16}
+_NEG_ZERO = {bits: torch.iinfo(bits).min for bits in set(_BITS.values())}  # the bits of -0.0
 
 
 def _may_read(x: torch.Tensor) -> bool:
@@ -37,7 +43,7 @@ def count_nonzero(x: torch.Tensor, may_read: Optional[bool] = None) -> torch.Ten
     """Elements that are not ±0, as a 0-d tensor.
 
     ``torch.count_nonzero`` on floats takes a slow path on CPU (about 20× a ``sum``); on the
-    integer view of the same bits it is as fast as a sum, but counts ``-0.0`` (sign bit only, e.g.
+    integer view of the same bits it is much faster, but counts ``-0.0`` (sign bit only, e.g.
     a negative value times a dropout zero) as non-zero. ``-0.0`` is the smallest integer of that
     view, so on CPU one more cheap reduction tells whether any is there; only then are the bits
     shifted left (dropping the sign) and counted again. Off CPU the shifted count is always used.
@@ -48,9 +54,36 @@ def count_nonzero(x: torch.Tensor, may_read: Optional[bool] = None) -> torch.Ten
     view = x.view(bits)
     if not (_may_read(x) if may_read is None else may_read):
         return torch.count_nonzero(view << 1)
-    if view.min().item() != torch.iinfo(bits).min:  # no -0.0 anywhere
-        return torch.count_nonzero(view)
-    return torch.count_nonzero(view << 1)
+    if torch.aminmax(view).min.item() == _NEG_ZERO[bits]:  # a -0.0 somewhere
+        return torch.count_nonzero(view << 1)
+    return torch.tensor(_count_bits(view))
+
+
+def _count_bits(view: torch.Tensor) -> int:
+    """Non-zero elements of an integer view (so ``-0.0`` counts as non-zero), read on the host.
+
+    A large CPU tensor is counted by numpy: its SIMD count is about 2.5× faster per core than
+    torch's scalar loop, which wins only with three or more intra-op threads. Below
+    _NUMPY_COUNT_MIN elements the saving is smaller than numpy's fixed cost per call.
+    """
+    if (view.device.type == "cpu" and view.numel() >= _NUMPY_COUNT_MIN
+            and torch.get_num_threads() <= 2):
+        return int(np.count_nonzero(view.numpy()))
+    return int(torch.count_nonzero(view))
+
+
+_NUMPY_COUNT_MIN = 1 << 17
+
+
+_PACK = {torch.float64: ("<q", "<d"), torch.float32: ("<i", "<f"), torch.float16: ("<h", "<e")}
+
+
+def _from_bits(dtype: torch.dtype, b: int) -> float:
+    """The float whose bits, read as a signed integer, are ``b``."""
+    if dtype == torch.bfloat16:  # the upper half of a float32
+        return struct.unpack("<f", struct.pack("<i", b << 16))[0]
+    int_format, float_format = _PACK[dtype]
+    return struct.unpack(float_format, struct.pack(int_format, b))[0]
 
 
 def _as_float(x: torch.Tensor) -> torch.Tensor:
@@ -61,23 +94,56 @@ def _as_float(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _moments(x: torch.Tensor, s: torch.Tensor, acc, may_read: bool) -> tuple:
-    mn, mx = torch.aminmax(x)
+def _norm(x: torch.Tensor, acc) -> torch.Tensor:
     if acc is None and x.is_contiguous() and x.dtype in (torch.float32, torch.float64):
         flat = x.view(-1)
-        norm = torch.dot(flat, flat).sqrt()  # a little faster than vector_norm on CPU
-    else:
-        norm = torch.linalg.vector_norm(x, dtype=acc)
+        return torch.dot(flat, flat).sqrt()  # a little faster than vector_norm on CPU
+    return torch.linalg.vector_norm(x, dtype=acc)
+
+
+def _moments(x: torch.Tensor, s: torch.Tensor, acc, may_read: bool) -> tuple:
+    mn, mx = torch.aminmax(x)
+    norm = _norm(x, acc)
     return torch.stack([s, norm, mn.to(s.dtype), mx.to(s.dtype)]), count_nonzero(x, may_read)
+
+
+def _moments_now(x: torch.Tensor, s: float, acc) -> tuple:
+    """:func:`_moments` read at once: ``((sum, ‖x‖₂, min, max), nonzero)`` as Python numbers.
+
+    ``x`` is finite. One ``aminmax`` of the integer view of its bits comes first: where no sign
+    bit is set (ReLU outputs, probabilities) integer order is float order, so it is also the float
+    min and max, and ``-0.0`` cannot occur; where every sign bit is set, the order is reversed.
+    Only a tensor with both signs needs the float ``aminmax`` too. The count of non-zeros is
+    skipped where the bits show that no element is ±0. The values are those of the deferred path.
+    """
+    norm = _norm(x, acc).item()
+    bits = _BITS.get(x.dtype)
+    if bits is None:  # e.g. float8: the plain reductions
+        mn, mx = (v.item() for v in torch.aminmax(x))
+        return (s, norm, mn, mx), int(torch.count_nonzero(x))
+    view = x.view(bits)
+    imin, imax = (v.item() for v in torch.aminmax(view))
+    negative_zero = imin == _NEG_ZERO[bits]
+    if imin >= 0:  # no sign bit set: min is +0.0 exactly when a zero is there
+        mn, mx = _from_bits(x.dtype, imin), _from_bits(x.dtype, imax)
+        nonzero = _count_bits(view) if imin == 0 else x.numel()
+    elif imax < 0:  # every sign bit set: the only possible zero is -0.0
+        mn, mx = _from_bits(x.dtype, imax), _from_bits(x.dtype, imin)
+        nonzero = int(torch.count_nonzero(view << 1)) if negative_zero else x.numel()
+    else:
+        mn, mx = (v.item() for v in torch.aminmax(x))
+        nonzero = int(torch.count_nonzero(view << 1)) if negative_zero else _count_bits(view)
+    return (s, norm, mn, mx), nonzero
 
 
 def tensor_stats(x: torch.Tensor, may_read: Optional[bool] = None) -> Optional[tuple]:
     """Start the statistics of ``x`` (any dtype); ``None`` for an empty or data-less (meta) tensor.
 
-    Returns a raw record ``(numel, finite_numel, moments, nonzero, bad)`` of small tensors, where
-    ``moments`` is ``[sum, ‖x‖₂, min, max]`` over the finite elements and ``bad`` is
-    ``[nan, inf]`` counts or ``None`` (none found). ``may_read`` (default: on CPU) allows reading
-    a value on the host to skip work; without it nothing is read until :func:`finish_stats`.
+    Returns a raw record ``(numel, finite_numel, moments, nonzero, bad)``, where ``moments`` is
+    ``[sum, ‖x‖₂, min, max]`` over the finite elements and ``bad`` is ``[nan, inf]`` counts or
+    ``None`` (none found). ``may_read`` (default: on CPU) allows reading values on the host: they
+    are then Python numbers (``moments`` a tuple); without it they are small tensors on the
+    tensor's device, and nothing is read until :func:`finish_stats`.
     """
     n = x.numel()
     if n == 0 or x.is_meta:
@@ -89,18 +155,20 @@ def tensor_stats(x: torch.Tensor, may_read: Optional[bool] = None) -> Optional[t
     if not may_read:
         bad = torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
         return (n, n, *_moments(x, s, acc, may_read), bad)
-    if math.isfinite(s.item()):  # on CPU a plain read: no device to wait for
-        return (n, n, *_moments(x, s, acc, may_read), None)
-    bad = torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
+    total = s.item()  # on CPU a plain read: no device to wait for
+    if math.isfinite(total):
+        return (n, n, *_moments_now(x, total, acc), None)
+    bad = (int(torch.isnan(x).sum()), int(torch.isinf(x).sum()))
     finite = x[torch.isfinite(x)]
     if finite.numel() == 0:
         return (n, 0, None, None, bad)
-    return (n, finite.numel(), *_moments(finite, finite.sum(dtype=acc), acc, may_read), bad)
+    return (n, finite.numel(), *_moments_now(finite, finite.sum(dtype=acc).item(), acc), bad)
 
 
 def finish_stats(raws: List[Optional[tuple]]) -> List[Optional[Stats]]:
-    """Turn raw records from :func:`tensor_stats` into :class:`Stats`, with one transfer for all."""
-    live = [r for r in raws if r is not None and r[2] is not None]
+    """Turn raw records from :func:`tensor_stats` into :class:`Stats`, with one transfer for all
+    the ones still on a device (records read at once on CPU are already numbers)."""
+    live = [r for r in raws if r is not None and isinstance(r[2], torch.Tensor)]
     moments = iter(torch.stack([r[2].double().cpu() for r in live]).tolist() if live else [])
     nonzeros = iter(torch.stack([r[3].cpu() for r in live]).tolist() if live else [])
     out: List[Optional[Stats]] = []
@@ -108,16 +176,25 @@ def finish_stats(raws: List[Optional[tuple]]) -> List[Optional[Stats]]:
         if raw is None:
             out.append(None)
             continue
-        n, m, vec, _, bad = raw
-        nan_count, inf_count = (0, 0) if bad is None else (int(v) for v in bad.tolist())
+        n, m, vec, nonzero, bad = raw
+        if bad is None:
+            nan_count, inf_count = 0, 0
+        elif isinstance(bad, torch.Tensor):
+            nan_count, inf_count = (int(v) for v in bad.tolist())
+        else:
+            nan_count, inf_count = bad
         if vec is None:
             nan = float("nan")
             out.append(Stats(nan, nan, nan, nan, 0.0, nan_count, inf_count, n))
             continue
-        s, norm, mn, mx = next(moments)
+        if isinstance(vec, tuple):
+            s, norm, mn, mx = vec
+        else:
+            s, norm, mn, mx = next(moments)
+            nonzero = next(nonzeros)
         mean = s / m
         std = math.sqrt(max(norm * norm / m - mean * mean, 0.0))
-        zeros = (m - int(next(nonzeros))) / n
+        zeros = (m - int(nonzero)) / n
         out.append(Stats(mean, std, mn, mx, zeros, nan_count, inf_count, n))
     return out
 
@@ -135,19 +212,62 @@ def l2_norm(g: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.linalg.vector_norm(g, dtype=torch.float32 if g.dtype in _HALF else None)
 
 
+def grad_norm(g: torch.Tensor) -> Optional[torch.Tensor]:
+    """:func:`l2_norm` of a gradient arriving in backward; a CPU float tensor in one piece takes
+    ``sqrt(⟨g, g⟩)``: torch's full ``vector_norm`` runs on one thread there, ``dot`` on all of them
+    (3× faster on a 2M-element gradient with two), and rounds less (relative error about 4e-6
+    against 3e-5 on 2M float32 values). The same NaN, Inf and overflow behaviour.
+    """
+    if g.device.type == "cpu" and g.dtype in _DOT_DTYPES and g.is_contiguous():
+        flat = g.detach().view(-1)
+        return torch.dot(flat, flat).sqrt()
+    return l2_norm(g)
+
+
+_DOT_DTYPES = (torch.float32, torch.float64)
+
+
 def l2_norms(tensors: List[torch.Tensor]) -> List[Optional[torch.Tensor]]:
     """:func:`l2_norm` of many tensors (one fused kernel where torch has it)."""
-    plain = [t for t in tensors if not t.is_meta and not t.is_complex() and t.numel()]
-    if plain and len(plain) == len(tensors) and hasattr(torch, "_foreach_norm"):
+    if tensors and _FOREACH and all(_plain(t) for t in tensors):
         with torch.no_grad():
             return list(torch._foreach_norm([t.detach() for t in tensors]))
     return [l2_norm(t) if t.numel() else None for t in tensors]
 
 
+_FOREACH = hasattr(torch, "_foreach_norm")
+
+
+def _plain(t: torch.Tensor) -> bool:
+    return not t.is_meta and not t.is_complex() and t.numel() > 0
+
+
+def l2_norms_of(*groups: List[torch.Tensor]) -> List[List[Optional[torch.Tensor]]]:
+    """:func:`l2_norms` of each group, the same values, in one call when all are CPU tensors that
+    would each take the fused path anyway (on CPU it computes each norm on its own)."""
+    flat = [t for group in groups for t in group]
+    if not (flat and _FOREACH and all(t.device.type == "cpu" and _plain(t) for t in flat)):
+        return [l2_norms(group) for group in groups]
+    with torch.no_grad():
+        norms = list(torch._foreach_norm(flat))
+    out, start = [], 0
+    for group in groups:
+        out.append(norms[start:start + len(group)])
+        start += len(group)
+    return out
+
+
 def finish_norms(norms: List[Optional[torch.Tensor]]) -> List[Optional[float]]:
-    """Convert many 0-d norm tensors to floats with one transfer (``None`` stays ``None``)."""
-    present = [t.double().cpu() for t in norms if t is not None]
-    values = iter(torch.stack(present).tolist() if present else [])
+    """Convert many 0-d norm tensors to floats with one transfer (``None`` stays ``None``).
+
+    On CPU no transfer is needed: the values are read where they are (exactly the same floats).
+    """
+    present = [t for t in norms if t is not None]
+    if not present:
+        return [None] * len(norms)
+    if all(t.device.type == "cpu" for t in present):
+        return [None if t is None else t.item() for t in norms]
+    values = iter(torch.stack([t.double().cpu() for t in present]).tolist())
     return [None if t is None else next(values) for t in norms]
 
 

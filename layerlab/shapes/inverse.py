@@ -15,7 +15,7 @@ input ≥ kernel) are respected.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from layerlab.errors import UsageError
 from layerlab.shapes import explain

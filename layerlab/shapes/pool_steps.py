@@ -14,7 +14,7 @@ padded position ``x + p``.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from layerlab.shapes.arith import effective_kernel, pool_out
 from layerlab.shapes.unread import unread_notes

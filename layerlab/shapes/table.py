@@ -8,7 +8,7 @@ conv and pool — the padding that keeps the size at stride 1 (shape_rules.md §
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from layerlab.shapes import explain
 from layerlab.shapes.unread import unread_count
