@@ -2,6 +2,9 @@
 
 import pytest
 
+# The oracle's assert helpers keep pytest's detailed failure messages.
+pytest.register_assert_rewrite("tests.shapes.oracle")
+
 
 @pytest.fixture
 def one_thread():

@@ -15,8 +15,10 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+import pytest
+
 from layerlab.errors import TorchWouldRaise
-from layerlab.shapes import explain
+from layerlab.shapes import explain, output_shape
 
 torch.set_num_threads(1)
 
@@ -79,3 +81,16 @@ def assert_same_outcome(ours: Outcome, theirs: Outcome, context: str = "", check
     else:
         assert not ours.raised, "layerlab predicts an error but torch returns a shape" + where
         assert ours.shape == theirs.shape, "different shape" + where
+
+
+def assert_edge_case(theirs: Outcome, op: str, shape, params: dict, expected) -> None:
+    """An edge case written out in a test: torch's outcome is ``expected`` — a shape, or
+    ``(exception class, first message line)`` — and layerlab's ``output_shape`` agrees."""
+    if isinstance(expected[0], str):
+        assert (theirs.exc, theirs.message) == expected
+        with pytest.raises(TorchWouldRaise) as info:
+            output_shape(op, shape, **params)
+        assert (info.value.torch_exception, info.value.torch_message) == expected
+    else:
+        assert theirs.shape == expected
+        assert output_shape(op, shape, **params) == expected

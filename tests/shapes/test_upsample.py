@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from layerlab.errors import TorchWouldRaise
 from layerlab.shapes import explain, output_shape
-from tests.shapes.oracle import Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
+from tests.shapes.oracle import assert_edge_case, Outcome, assert_same_outcome, layerlab_outcome, torch_outcome
 from tests.shapes.strategies import mostly
 
 nn = torch.nn
@@ -99,15 +99,7 @@ EDGE = [
 
 @pytest.mark.parametrize("case_id, shape, params, expected", EDGE, ids=[e[0] for e in EDGE])
 def test_edge_cases(case_id, shape, params, expected):
-    theirs = check(shape, params)
-    if isinstance(expected[0], str):
-        assert (theirs.exc, theirs.message) == expected
-        with pytest.raises(TorchWouldRaise) as info:
-            output_shape("upsample", shape, **params)
-        assert (info.value.torch_exception, info.value.torch_message) == expected
-    else:
-        assert theirs.shape == expected
-        assert output_shape("upsample", shape, **params) == expected
+    assert_edge_case(check(shape, params), "upsample", shape, params, expected)
 
 
 def test_size_message_quotes_the_tuple():
