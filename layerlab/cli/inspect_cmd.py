@@ -30,6 +30,14 @@ WideOpt = Annotated[bool, typer.Option(
                    "requires_grad, grad_fn, params, NaN, Inf, ...), wider than 100 columns: for wide "
                    "terminals, less -S, --svg/--html.",
 )]
+OpsOpt = Annotated[bool, typer.Option(
+    "--ops", help="Also record every torch function and tensor method the model's own code calls "
+                  "(transpose, view, cat, +, matmul, masked_fill …), shown under their module's row.",
+)]
+FixOpt = Annotated[bool, typer.Option(
+    "--fix/--no-fix", help="When the forward raises, re-run it on a copy to trace the bad input back and "
+                           "to verify the suggested fix (default: yes).",
+)]
 AllowImportOpt = Annotated[bool, typer.Option(
     "--allow-import", help="Allow layers given as import paths (my_module:MyLayer): importing runs their code.",
 )]
@@ -88,6 +96,8 @@ def command(
     backward: BackwardOpt = True,
     depth: DepthOpt = None,
     wide: WideOpt = False,
+    ops: OpsOpt = False,
+    fix: FixOpt = True,
     json: JsonOpt = False,
     svg: SvgOpt = None,
     html: HtmlOpt = None,
@@ -114,7 +124,7 @@ def command(
 
     report = inspect(
         built.module, *built.args, backward=built.backward, seed=built.seed, mode=built.mode,
-        forward_kwargs=built.kwargs,
+        forward_kwargs=built.kwargs, ops=ops, fix=fix,
     )
     out = Output(json_mode=json, record=bool(svg or html))
     if json:
@@ -147,14 +157,26 @@ def command(
 
 
 def _verdict(report) -> CheckFailed:
+    """The closing error: it stands alone (``--json`` has no panel above it to point to)."""
     f = report.failure
     if f is not None:
+        from layerlab.cli.render_inspect import verification_text
+
         d = f.diagnosis
         who = f.class_name or "the model"
+        at = f" at {f.op.op} ({f.op.source})" if f.op is not None and f.op.source else ""
+        message = f"{who} raised {f.exception} in the {f.phase}{at}: " + (
+            d.message if d is not None else _first_line(f.message))
+        hint = None
+        if d is not None and d.hint:
+            hint = d.hint
+            if d.verified is not None:
+                hint += f" (verified on a copy: {verification_text(d.verified)})"
+        elif d is None:
+            hint = "no rule recognises this failure; torch's message: " + _first_line(f.message)
         return CheckFailed(
-            f"{who} raised {f.exception} in the {f.phase}", where=f.path or None,
-            expected=d.expected if d else None, got=d.got if d else None,
-            hint=d.hint if d and d.hint else "see the failure panel above",
+            message, where=f.path or None,
+            expected=d.expected if d else None, got=d.got if d else None, hint=hint,
         )
     failed = report.checks_failed
     if failed:
@@ -163,3 +185,8 @@ def _verdict(report) -> CheckFailed:
                            expected=c.predicted, got=c.actual, hint=c.note)
     p = report.errors[0]
     return CheckFailed(p.message, where=p.where, hint=p.hint)
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""

@@ -116,11 +116,13 @@ def failure_panel(report: InspectReport) -> Optional[Panel]:
     f = report.failure
     if f is None:
         return None
-    where = (f"{f.path} ({f.class_name})" if f.path else f.class_name) if f.class_name else "outside any module"
     lines = [f"[red]{escape(f.exception)}: {escape(_first_lines(f.message))}[/]"]
     if f.chain:
         lines.append("[dim]call chain:[/] " + escape(" → ".join(f.chain)))
-    tensors = [i for i in f.inputs]
+    if f.op is not None:
+        lines.append(f"[bold]op that raised:[/] {escape(f.op.code or f.op.op)}"
+                     + (f"  [dim]({escape(f.op.source)})[/]" if f.op.source else ""))
+    tensors = [i for i in f.inputs] if f.op is None else []
     if tensors:
         lines.append("[bold]inputs of the failing call[/]")
         for i in tensors:
@@ -129,6 +131,9 @@ def failure_panel(report: InspectReport) -> Optional[Panel]:
                              + (" requires_grad" if i.requires_grad else ""))
             else:
                 lines.append(f"  {escape(i.name)} = {escape(repr(i.value))}")
+    if any(o.steps for o in f.origins):
+        lines.append("[bold]where the inputs came from[/]")
+        lines += [f"  {escape(o.text)}" for o in f.origins]
     d = f.diagnosis
     if d is not None:
         lines.append("")
@@ -139,8 +144,39 @@ def failure_panel(report: InspectReport) -> Optional[Panel]:
             lines.append(f"  [dim]rule: {escape(d.rule)}[/]")
         if d.hint:
             lines.append(f"  [green]fix:[/] {escape(d.hint)}")
-    title = f"{f.phase} failed in {where}"
+        if d.verified is not None:
+            lines.append(f"  [bold]verified on a copy:[/] {escape(verification_text(d.verified))}")
+        for alt in d.alternatives:
+            lines.append(f"  [dim]or: {escape(alt)}[/]")
+    else:
+        lines.append("")
+        lines.append("[dim]no rule recognises this failure: torch's message above is all layerlab can say[/]")
+    title = f"{f.phase} failed {_where(f)}"
     return Panel("\n".join(lines), title=escape(title), title_align="left", border_style="red")
+
+
+def _where(f) -> str:
+    module = (f"{f.path} ({f.class_name})" if f.path else f.class_name) if f.class_name else "outside any module"
+    if f.op is not None:
+        return f"at {f.op.op} ({f.op.source}) in {module}" if f.op.source else f"at {f.op.op} in {module}"
+    return f"in {module}"
+
+
+def verification_text(v) -> str:
+    """One sentence: what re-running with the fix on a copy of the model gave."""
+    out = ", ".join(shape(o) for o in v.outputs)
+    if v.status == "runs":
+        if not v.then:
+            return f"with this fix the model runs → output {out}"
+        nexts = "; ".join(f"then {t.where} fails: {t.message} — also: {t.fix.code}" for t in v.then)
+        return f"{nexts}; with these {len(v.steps)} fixes the model runs → output {out}"
+    if v.status == "still-fails":
+        done = "; ".join(f"then {t.where} fails: {t.message} — also: {t.fix.code}" for t in v.then if t.fix)
+        last = v.then[-1] if v.then else None
+        tail = f"then {last.where} fails: {last.message}" if last is not None else "it still fails"
+        why = f" ({v.note})" if v.note else "; no rule has a mechanical fix for that"
+        return (done + "; " if done else "") + tail + why
+    return f"not verified: {v.note}"
 
 
 def _first_lines(text: str, n: int = 4) -> str:
@@ -173,10 +209,13 @@ def summary(report: InspectReport) -> Table:
     failed = report.checks_failed
     check_text = f"{len(ran) - len(failed)} passed, " + (f"[bold red]{len(failed)} failed[/]" if failed else "0 failed")
     skipped = len(report.checks) - len(ran)
-    t.add_row("formula checks", check_text + (f", {skipped} not checkable" if skipped else ""))
-    errors, warnings = len(report.errors), len(report.warnings)
-    t.add_row("problems", (f"[bold red]{errors} errors[/]" if errors else "0 errors") + ", "
+    t.add_row("formula checks", check_text + (f", {skipped} not checked" if skipped else ""))
+    errors, warnings = len(report.errors) + (report.failure is not None), len(report.warnings)
+    t.add_row("problems", (f"[bold red]{errors} error{'s' * (errors != 1)}[/]" if errors else "0 errors")
+              + (" (the failure above)" if report.failure is not None and errors == 1 else "") + ", "
               + (f"[yellow]{warnings} warnings[/]" if warnings else "0 warnings"))
+    if report.ops is not None:
+        t.add_row("ops", f"{len(report.ops)} op{'s' * (len(report.ops) != 1)} of the model's own code recorded")
     timing = report.timing
     if timing:
         parts = [f"{k.replace('_s', '')} {1e3 * v:.1f} ms" for k, v in timing.items()]

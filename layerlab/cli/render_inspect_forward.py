@@ -163,16 +163,22 @@ def forward_table(report: InspectReport, depth: Optional[int] = None, width: Opt
     if wide:
         return _wide_table(report, depth)
     common, grad = common_kind(report), _common_grad(report)
-    rows = []  # (call, output name of a sub-row or None, the cells but the module)
+    rows = []  # (call, output name of a sub-row or None, the cells but the module); (None, op, cells) for an op
+    ops = visible_ops(report, depth)
     for call in visible_calls(report, depth):
+        while ops and ops[0].after_call <= call.index:
+            rows.append(_op_row(report, ops.pop(0)))
         outs = _shown_outputs(call)
         first = outs[0] if outs else None
         rows.append((call, None, [str(call.index), _input_cell(call),
                                   *_tensor_cells(call, first, common, grad, head=True)]))
         for extra in outs[1:]:
             rows.append((call, extra.name, ["", "", *_tensor_cells(call, extra, common, grad, head=False)]))
+    rows += [_op_row(report, op) for op in ops]
 
-    def module(call: CallRecord, sub: Optional[str], max_width: Optional[int] = None, indent: int = 2) -> Text:
+    def module(call: Optional[CallRecord], sub: Any, max_width: Optional[int] = None, indent: int = 2) -> Text:
+        if call is None:
+            return op_cell(report, sub, indent)
         if sub is None:
             return module_cell(call, max_width, indent)
         return Text(" " * indent * (call.depth + 1) + f"└ {sub}", style="dim")
@@ -181,7 +187,8 @@ def forward_table(report: InspectReport, depth: Optional[int] = None, width: Opt
     headers = ["#", "input", "output", *_STATS, ""]
     widths = [max(_width(cells, i), len(h)) for i, h in enumerate(headers)]
     with_flags = widths[-1] > 0 and any(r[-1] for r in cells)
-    module_need = max([len("module")] + [module(c, sub).cell_len for c, sub, _ in rows])
+    module_need = max([len("module")] + [module(c, sub).cell_len for c, sub, _ in rows if c is not None]
+                      + [min(module(c, sub).cell_len, 40) for c, sub, _ in rows if c is None])
     module_w, pad, indent = module_need, 2, 2
     if width is not None:  # 2 cells of padding as in the other tables, 1 rather than cut the module names
         ncols = len(headers) + 1 - (0 if with_flags else 1)
@@ -204,6 +211,41 @@ def forward_table(report: InspectReport, depth: Optional[int] = None, width: Opt
     for call, sub, row in rows:
         t.add_row(row[0], module(call, sub, module_w, indent), *row[1:] if with_flags else row[1:-1])
     return t
+
+
+def visible_ops(report: InspectReport, depth: Optional[int]) -> list:
+    """The recorded ops (``--ops``) shown at this depth: an op sits one level below its module."""
+    if not report.ops:
+        return []
+    return [op for op in report.ops
+            if depth is None or op.status == "raised" or _op_depth(report, op) <= depth]
+
+
+def _op_depth(report: InspectReport, op) -> int:
+    return report.calls[op.call].depth + 1 if op.call is not None and op.call < len(report.calls) else 0
+
+
+def op_cell(report: InspectReport, op, indent: int = 2) -> Text:
+    """``    · x.transpose(1, 2)`` one level below the module call it ran in."""
+    from layerlab.probe.context import op_text
+
+    text = Text(" " * indent * _op_depth(report, op) + "· " + op_text(op), style="cyan",
+                overflow="fold", no_wrap=False)  # an op wraps in its cell rather than lose its arguments
+    if op.status == "raised":
+        text.stylize("bold red")
+    if op.source:  # the file's name and line: the directory is in --json
+        text.append(f" {op.source.replace(chr(92), '/').rsplit('/', 1)[-1]}", style="dim")
+    return text
+
+
+def _op_row(report: InspectReport, op) -> tuple:
+    ins = op.inputs
+    first = escape(shape(ins[0].shape)) + (f" [dim]+{len(ins) - 1}[/]" if len(ins) > 1 else "") if ins else "—"
+    if op.status == "raised":
+        out = "[red]raised[/]"
+    else:
+        out = escape(shape(op.outputs[0])) + (f" [dim]+{len(op.outputs) - 1}[/]" if len(op.outputs) > 1 else "")
+    return None, op, ["", first, out, "", "", "", "", "", ""]
 
 
 def _width(rows: List[list], column: int) -> int:

@@ -121,14 +121,15 @@ def check_call(record: CallRecord, module: nn.Module) -> Optional[FormulaCheck]:
         return check
     check.formula_call = ex.call
     check.steps = [f"{s.dim}: {s.substituted} = {s.output}" for s in ex.steps]
+    if record.status != "ok":  # nothing came out to compare with: not checked, never "passed"
+        check.note = ("not checked: the call raised; the arithmetic predicts that: " + ex.error.message
+                      if ex.error is not None else "not checked: the call raised before returning an output")
+        return check
     if ex.error is not None:
-        check.passed = record.status != "ok"
-        check.note = f"the arithmetic says torch raises: {ex.error.message}"
+        check.passed = False
+        check.note = f"the arithmetic says torch raises, but the call returned: {ex.error.message}"
         return check
     check.predicted = list(ex.output_shape)
-    if record.status != "ok":
-        check.note = "the call raised before returning an output"
-        return check
     check.passed = check.predicted == actual
     if not check.passed:
         check.note = f"predicted {check.predicted}, the layer returned {actual}"

@@ -166,6 +166,7 @@ class Recorder:
         self._info: Dict[int, Tuple[str, int, int, int]] = {}
         self._handles: list = []
         self._ended = 0
+        self.trace = None  # an OpTrace of the same run: paused while the hooks do their own work
 
     # -- installation ----------------------------------------------------------------------------
     def install(self, named_modules: Optional[List[Tuple[str, torch.nn.Module]]] = None) -> None:
@@ -234,6 +235,9 @@ class Recorder:
 
     # -- hooks -----------------------------------------------------------------------------------
     def _pre(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        trace = self.trace
+        if trace is not None:
+            trace.paused += 1
         try:
             index = len(self.calls)
             key = id(module)
@@ -258,8 +262,14 @@ class Recorder:
             self.live[index] = (args, kwargs)
         except Exception as exc:
             raise ProbeBug(exc) from exc
+        finally:
+            if trace is not None:
+                trace.paused -= 1
 
     def _post(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        trace = self.trace
+        if trace is not None:
+            trace.paused += 1
         try:
             index = self.stack.pop()
             while self.modules[index] is not module:  # a child raised and this module caught it
@@ -274,6 +284,9 @@ class Recorder:
             self.live.pop(index, None)
         except Exception as exc:
             raise ProbeBug(exc) from exc
+        finally:
+            if trace is not None:
+                trace.paused -= 1
 
     def open_calls(self) -> List[int]:
         """Indices of the calls that started and never finished, outermost first."""

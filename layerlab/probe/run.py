@@ -38,6 +38,8 @@ def inspect(
     vanish: float = 1e-6,
     explode: float = 1e4,
     forward_kwargs: Optional[Dict[str, Any]] = None,
+    ops: bool = False,
+    fix: bool = True,
     **kwargs: Any,
 ):
     """Run ``module(*inputs, **kwargs)`` (and a backward pass) with probes; return the report.
@@ -59,6 +61,11 @@ def inspect(
             times the gradient norm at the output is flagged. Default: ``1e-6``, ``1e4``.
         forward_kwargs (dict, optional): keyword arguments for forward whose names clash with the
             ones above.
+        ops (bool, optional): also record every torch function and tensor method the model's own
+            code calls (``report.ops``; see :mod:`layerlab.probe.ops`). Default: ``False``.
+        fix (bool, optional): when the forward raises, re-run it on a copy of the model to find
+            where the offending input came from, and apply the suggested fix to another copy to
+            check that the model then runs (``failure.diagnosis.verified``). Default: ``True``.
         **kwargs: keyword arguments for forward (``attn_mask=…``).
 
     Returns:
@@ -80,7 +87,13 @@ def inspect(
     named_modules = list(module.named_modules())
     flags = [(m, m.training) for _, m in named_modules]
     recorder = Recorder(module, stats=stats, grads=backward)
+    trace = None
+    if ops:
+        from layerlab.probe.ops import OpTrace
+
+        trace = recorder.trace = OpTrace(recorder)
     failure = None
+    raised = None
     timing: Dict[str, float] = {}
     back = None
     try:
@@ -93,10 +106,12 @@ def inspect(
         with _seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
             start = time.perf_counter()
             try:
-                output = module(*inputs, **fwd_kwargs)
+                with trace if trace is not None else contextlib.nullcontext():
+                    output = module(*inputs, **fwd_kwargs)
             except ProbeBug as bug:
                 raise bug.original from None
             except Exception as exc:  # the model raised: that is a finding, not an error of ours
+                raised = _capture(recorder, exc)
                 failure = _forward_failure(recorder, exc)
                 output = None
             timing["forward_s"] = time.perf_counter() - start
@@ -110,8 +125,14 @@ def inspect(
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: only where it changed
                 m.training = flag
+    if raised is not None and failure.call is not None:
+        start = time.perf_counter()
+        _explain(failure, raised, recorder, trace, module, inputs, fwd_kwargs, seed, mode, fix,
+                 timing["forward_s"])
+        timing["diagnosis_s"] = time.perf_counter() - start
     start = time.perf_counter()
     report = _assemble(module, recorder, used_mode, failure, back, backward, vanish, explode)
+    report.ops = trace.records if trace is not None else None
     timing["report_s"] = time.perf_counter() - start
     report.timing = timing
     return report
@@ -153,7 +174,6 @@ def _message(exc: BaseException) -> str:
 
 
 def _forward_failure(recorder, exc: BaseException):
-    from layerlab.probe.blame import diagnose
     from layerlab.probe.report import Failure
 
     open_calls = recorder.open_calls()
@@ -165,12 +185,59 @@ def _forward_failure(recorder, exc: BaseException):
     index = open_calls[-1]
     call = recorder.calls[index]
     call.status = "raised"
-    args, kwargs = recorder.live.get(index, ((), {}))
     failure.call, failure.path, failure.class_name = index, call.path, call.class_name
     failure.inputs = call.inputs
     failure.chain = [recorder.calls[i].label for i in open_calls]
-    failure.diagnosis = diagnose(recorder.modules[index], args, kwargs, exc)
     return failure
+
+
+def _capture(recorder, exc: BaseException):
+    """What the diagnosis needs of the failing call, kept before the hooks are removed."""
+    open_calls = recorder.open_calls()
+    if not open_calls:
+        return None
+    index = open_calls[-1]
+    return exc, index, recorder.live.get(index, ((), {}))
+
+
+#: The time a diagnosis may take for its replay and its fix's verification, as a multiple of the
+#: forward that failed (and at least / at most these many seconds).
+_VERIFY_FACTOR, _VERIFY_MIN_S, _VERIFY_MAX_S = 20.0, 3.0, 60.0
+
+
+def _explain(failure, raised, recorder, trace, module, inputs, kwargs, seed, mode, fix, forward_s) -> None:
+    """Fill in the failure's diagnosis, the op that raised, where its inputs came from, and the
+    verified fix (after the hooks are gone: the copies must not carry them)."""
+    from layerlab.probe.blame import diagnose
+    from layerlab.probe.verify_fix import context_of, replay, verify
+
+    exc, index, live = raised
+    ctx = context_of(recorder, trace, exc, index, live)
+    if trace is None and fix:  # the op trace was off: replay the failure on a copy with it on
+        ctx = replay(module, inputs, kwargs, seed, mode, failure.path, exc) or ctx
+    failure.diagnosis = diagnosis = diagnose(ctx)
+    failed = ctx.failed_op
+    if failed is not None:
+        failure.op = failed.record
+        named = [(o.name, t) for o, t in zip(failed.record.inputs, _op_tensors(failed))]
+    else:
+        names = [i.name for i in failure.inputs if i.is_tensor]
+        named = list(zip(names, ctx.tensors()))
+    failure.origins = [ctx.origin(name, t) for name, t in named[:4]]
+    if fix and diagnosis is not None and diagnosis.fix is not None:
+        budget = min(max(_VERIFY_FACTOR * forward_s, _VERIFY_MIN_S), _VERIFY_MAX_S)
+        diagnosis.verified = verify(module, inputs, kwargs, seed, mode, diagnosis, budget)
+
+
+def _op_tensors(failed) -> list:
+    from layerlab.probe.ops import _tensor_leaves
+
+    leaves: list = []
+    for i, a in enumerate(failed.args):
+        _tensor_leaves(a, str(i), leaves)
+    for k, a in failed.kwargs.items():
+        _tensor_leaves(a, k, leaves)
+    return [t for _, t in leaves]
 
 
 def _backward(module, output, inputs, recorder, loss, seed):

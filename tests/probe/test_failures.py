@@ -45,8 +45,17 @@ def test_conv_channel_rule():
 
 
 def test_conv_wrong_rank():
-    failure, _ = failing(nn.Conv2d(3, 4, 3), torch.randn(2, 2, 3, 8, 8))
+    failure, _ = failing(nn.Conv2d(3, 4, 3), torch.randn(2, 2, 5, 8, 8))
     assert "expects a 3-D (C, H, W) or 4-D (N, C, H, W) input, got 5-D" in failure.diagnosis.message
+    assert failure.diagnosis.cause == "rank"
+
+
+def test_conv_given_a_stack_of_samples_folds_it_into_the_batch():
+    failure, _ = failing(nn.Conv2d(3, 4, 3), torch.randn(2, 2, 3, 8, 8))
+    d = failure.diagnosis
+    assert "Conv2d expects a 4-D (N, C, H, W) input, got 5-D" in d.message and "(N, T, C, H, W)" in d.message
+    assert d.fix.code == "x.flatten(0, 1)"
+    assert d.verified.status == "runs" and d.verified.outputs == [[4, 4, 6, 6]]
 
 
 def test_pool_input_too_small_uses_the_shape_arithmetic():

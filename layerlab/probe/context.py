@@ -1,0 +1,143 @@
+"""What a diagnosis rule may look at: the failing call, its live arguments, and where they came from.
+
+A :class:`FailureContext` is built once per failure (in the real run, and again for every step of
+a fix's verification). Rules read the module and its arguments through it, ask where a tensor was
+made (:meth:`FailureContext.made_by`: an op of the user's code or a module call, from the op trace
+and the recorder), and name an argument so that a fix can change it (:meth:`FailureContext.locate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple, Union
+
+import torch
+
+from layerlab.probe.hooks import flatten, forward_arg_names
+from layerlab.probe.report import CallRecord, OpRecord, Origin
+
+#: How many steps back an origin is followed.
+ORIGIN_STEPS = 4
+
+
+@dataclass
+class FailureContext:
+    """The failing call (``module`` at ``path`` with ``args``/``kwargs``; ``module`` is ``None`` when
+    the exception came from outside any module call) and the exception."""
+
+    module: Optional[torch.nn.Module]
+    path: str
+    args: tuple
+    kwargs: dict
+    exc: BaseException
+    recorder: Any
+    trace: Any = None
+
+    # -- arguments ---------------------------------------------------------------------------------
+    def arg(self, name: str, position: int) -> Any:
+        """The forward argument ``name`` (or at ``position`` when passed positionally)."""
+        if name in self.kwargs:
+            return self.kwargs[name]
+        names = forward_arg_names(type(self.module)) if self.module is not None else ()
+        if name in names:
+            position = names.index(name)
+        return self.args[position] if position < len(self.args) else None
+
+    def key(self, name: str, position: int) -> Union[int, str]:
+        """How the argument ``name`` was passed: its position, or its keyword."""
+        if name in self.kwargs:
+            return name
+        names = forward_arg_names(type(self.module)) if self.module is not None else ()
+        return names.index(name) if name in names else position
+
+    def tensors(self) -> List[torch.Tensor]:
+        leaves = [v for _, v in flatten(list(self.args))] + [v for _, v in flatten(dict(self.kwargs))]
+        return [v for v in leaves if isinstance(v, torch.Tensor)]
+
+    def locate(self, t: torch.Tensor) -> Optional[Union[int, str]]:
+        for i, a in enumerate(self.args):
+            if a is t:
+                return i
+        for k, a in self.kwargs.items():
+            if a is t:
+                return k
+        return None
+
+    # -- where tensors came from -------------------------------------------------------------------
+    @property
+    def failed_op(self):
+        """The op of the user's code that raised this very exception, if the trace saw it."""
+        failed = getattr(self.trace, "failed", None)
+        if failed is None:
+            return None
+        exc = self.exc
+        if failed.exc is exc or exc.__cause__ is failed.exc or exc.__context__ is failed.exc:
+            return failed
+        return None
+
+    def made_by(self, t: torch.Tensor) -> Tuple[Optional[int], Optional[int]]:
+        """``(op index, call index)`` that produced ``t``."""
+        if self.trace is not None:
+            return self.trace.made_by(t)
+        slot = self.recorder._slot_of(t)
+        return None, (self.recorder.slot_producer[slot] if slot is not None else None)
+
+    def op(self, index: Optional[int]) -> Optional[OpRecord]:
+        return self.trace.records[index] if index is not None and self.trace is not None else None
+
+    def call(self, index: Optional[int]) -> Optional[CallRecord]:
+        return self.recorder.calls[index] if index is not None else None
+
+    def producer(self, t: torch.Tensor) -> Optional[CallRecord]:
+        """The module call whose output ``t`` is, looking through shape-keeping ops of the user's
+        code (``F.relu``, dropout, ``+`` of a bias) but not through ops that move axes."""
+        op_index, call_index = self.made_by(t)
+        for _ in range(ORIGIN_STEPS):
+            if op_index is None:
+                break
+            record = self.op(op_index)
+            same = [i for i in record.inputs if i.shape == (record.outputs[0] if record.outputs else None)]
+            if not same:
+                return None
+            op_index, call_index = same[0].from_op, same[0].from_call
+        return self.call(call_index)
+
+    def producer_op(self, t: torch.Tensor) -> Optional[OpRecord]:
+        return self.op(self.made_by(t)[0])
+
+    def origin(self, name: str, t: torch.Tensor) -> Origin:
+        op_index, call_index = self.made_by(t)
+        return origin_from(name, list(t.shape), op_index, call_index, self)
+
+
+def op_text(record: OpRecord) -> str:
+    """``x.transpose(1, 2)``, ``cat(dim=0)``: the op with its plain arguments (and the expression
+    a method was called on, when the source line shows it)."""
+    parts = []
+    for k, v in record.args.items():
+        text = repr(v) if isinstance(v, str) else f"{v:.4g}" if isinstance(v, float) else str(v)
+        parts.append(text if k.isdigit() else f"{k}={text}")
+    head = f"{record.receiver}.{record.op}" if record.receiver else record.op
+    return f"{head}({', '.join(parts)})"
+
+
+def origin_from(name: str, shape: List[int], op_index: Optional[int], call_index: Optional[int],
+                ctx: FailureContext) -> Origin:
+    """Follow ``op_index``/``call_index`` back through single-input ops to a module or an input."""
+    steps: List[str] = []
+    while len(steps) < ORIGIN_STEPS:
+        record = ctx.op(op_index)
+        if record is not None:
+            where = f" at {record.source}" if record.source else ""
+            steps.append(f"`{op_text(record)}`{where}")
+            if len(record.inputs) != 1:
+                break
+            op_index, call_index = record.inputs[0].from_op, record.inputs[0].from_call
+            continue
+        call = ctx.call(call_index)
+        if call is not None:
+            steps.append(f"`{call.label}` ({call.class_name})")
+        elif steps:
+            steps.append("a model input")
+        break
+    return Origin(input=name, shape=shape, steps=steps)

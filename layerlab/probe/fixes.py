@@ -1,0 +1,219 @@
+"""Apply a diagnosis's fix to a *copy* of the model: the mechanics behind verified fixes.
+
+:func:`apply_fixes` deep-copies the model and applies each :class:`~layerlab.probe.report.FixStep`
+to the copy, never to the user's model:
+
+* ``permute-input`` / ``reshape-input`` / ``cast-input``: a forward pre-hook on the module at
+  ``where`` changes that one argument (and a forward hook permutes the output back when the fix
+  keeps the layout, ``restore``);
+* ``set-attr``: sets an attribute that forward reads (``batch_first``), weights kept;
+* ``set-arg``: rebuilds the module with one constructor argument changed (the other arguments read
+  back from the module; its weights are new, as a user's edit would make them);
+* ``replace-op``: one op at one source line is called differently (``view`` → ``reshape``, another
+  ``dim`` for ``cat``, a transposed operand, a converted mask), through the op trace's
+  substitutions while the copy runs.
+
+The result is a :class:`FixedModel`: an ``nn.Module`` whose forward runs the fixed copy (with the
+substitutions active), so a test can compare it with a model fixed by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect as pyinspect
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from layerlab.probe.report import FixStep
+
+
+class FixError(Exception):
+    """A fix that cannot be applied to this model (the verification then says why)."""
+
+
+def _convert(value: Any, to: str) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    if to == "long":
+        return value.long()
+    if to == "bool":
+        return value.bool()
+    if to == "eq0":
+        return value == 0
+    if to.startswith(("cpu", "cuda", "mps", "xpu", "meta")):
+        return value.to(to)
+    return value.to(getattr(torch, to))
+
+
+def _change_input(params: Dict[str, Any]) -> Callable[[Any], Any]:
+    kind = params.get("kind")
+    if kind == "permute-input":
+        dims = params["dims"]
+        return lambda x: x.permute(*dims)
+    if kind == "reshape-input":
+        if params["op"] == "flatten":
+            start, end = params.get("start", 0), params.get("end", -1)
+            return lambda x: x.flatten(start, end)
+        dim = params["dim"]
+        return lambda x: x.unsqueeze(dim)
+    to = params["to"]
+    return lambda x: _convert(x, to)
+
+
+def _pre_hook(arg, change):
+    def hook(module, args, kwargs):
+        if isinstance(arg, int):
+            if arg >= len(args):
+                return None
+            args = (*args[:arg], change(args[arg]), *args[arg + 1:])
+        elif arg in kwargs:
+            kwargs = {**kwargs, arg: change(kwargs[arg])}
+        return args, kwargs
+
+    return hook
+
+
+def _restore_hook(dims):
+    def hook(module, args, output):
+        if isinstance(output, torch.Tensor):
+            return output.permute(*dims)
+        return None
+
+    return hook
+
+
+_ATTR_FOR_ARG = {"bias": lambda m: getattr(m, "bias", None) is not None}
+
+
+def rebuild(module: nn.Module, changes: Dict[str, Any]) -> nn.Module:
+    """A new module of the same class with ``changes`` to its constructor arguments; the others
+    are read back from the module's attributes (torch.nn keeps them under the same names)."""
+    cls = type(module)
+    try:
+        sig = pyinspect.signature(cls.__init__)
+    except (TypeError, ValueError) as exc:
+        raise FixError(f"cannot read {cls.__name__}'s constructor arguments") from exc
+    kwargs = {}
+    for name, p in list(sig.parameters.items())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if name in changes:
+            kwargs[name] = changes[name]
+        elif name in ("device", "dtype"):
+            continue
+        elif name in _ATTR_FOR_ARG:
+            kwargs[name] = _ATTR_FOR_ARG[name](module)
+        elif name == "elementwise_affine" and hasattr(module, "elementwise_affine"):
+            kwargs[name] = module.elementwise_affine
+        elif hasattr(module, name) and not isinstance(getattr(module, name), (torch.Tensor, nn.Module)):
+            kwargs[name] = getattr(module, name)
+        elif p.default is p.empty:
+            raise FixError(f"cannot rebuild {cls.__name__}: its argument {name!r} is not an attribute")
+    try:
+        new = cls(**kwargs)
+    except Exception as exc:
+        raise FixError(f"{cls.__name__}({', '.join(f'{k}={v!r}' for k, v in changes.items())}) cannot be built: {exc}") from exc
+    like = next(iter(module.parameters()), None)
+    if like is not None:
+        new = new.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+    new.train(module.training)
+    return new
+
+
+def _set_submodule(root: nn.Module, path: str, new: nn.Module) -> None:
+    parent_path, _, name = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, name, new)
+
+
+def _substitution(params: Dict[str, Any]) -> Callable:
+    """How to call one op differently (the op trace applies it at its source line)."""
+    if params.get("with") == "reshape":
+        return lambda func, args, kwargs: (torch.Tensor.reshape, args, kwargs)
+    if "dim" in params:
+        dim = params["dim"]
+        return lambda func, args, kwargs: (func, args[:1], {**{k: v for k, v in kwargs.items() if k != "dim"}, "dim": dim})
+    if "transpose" in params:
+        which = params["transpose"]
+
+        def transpose(func, args, kwargs):
+            args = list(args)
+            args[which] = args[which].transpose(-2, -1)
+            return func, tuple(args), kwargs
+        return transpose
+    arg, to = params["arg"], params["to"]
+
+    def convert(func, args, kwargs):
+        if isinstance(arg, int) and arg < len(args):
+            args = (*args[:arg], _convert(args[arg], to), *args[arg + 1:])
+        elif arg in kwargs:
+            kwargs = {**kwargs, arg: _convert(kwargs[arg], to)}
+        return func, args, kwargs
+    return convert
+
+
+class FixedModel(nn.Module):
+    """A fixed copy of a model: ``model`` is the copy, ``substitutions`` the ops it calls
+    differently. Calling it runs the copy with those substitutions active."""
+
+    def __init__(self, model: nn.Module, substitutions: Dict[Tuple[str, int, str], Callable]) -> None:
+        super().__init__()
+        self.model = model
+        self.substitutions = substitutions
+        self.handles: List[Any] = []
+
+    def forward(self, *args, **kwargs):
+        if not self.substitutions:
+            return self.model(*args, **kwargs)
+        from layerlab.probe.hooks import Recorder
+        from layerlab.probe.ops import OpTrace
+
+        recorder = Recorder(self.model, stats=False, grads=False)
+        with OpTrace(recorder, substitutions=self.substitutions):
+            return self.model(*args, **kwargs)
+
+
+def apply_step(fixed: FixedModel, step: FixStep) -> None:
+    """Apply one fix to the copy inside ``fixed`` (raise :class:`FixError` if it cannot be)."""
+    root, p = fixed.model, step.params
+    if step.kind == "replace-op":
+        if not p.get("file") or p.get("line") is None:
+            raise FixError("the op's source line is unknown")
+        fixed.substitutions[(p["file"], p["line"], p["op"])] = _substitution(p)
+        return
+    try:
+        target = root.get_submodule(step.where) if step.where else root
+    except AttributeError as exc:
+        raise FixError(f"no module {step.where!r} in the copy") from exc
+    if step.kind in ("permute-input", "reshape-input", "cast-input"):
+        change = _change_input({**p, "kind": step.kind})
+        fixed.handles.append(target.register_forward_pre_hook(_pre_hook(p["arg"], change), with_kwargs=True))
+        if p.get("restore"):
+            fixed.handles.append(target.register_forward_hook(_restore_hook(p["restore"])))
+    elif step.kind == "set-attr":
+        setattr(target, p["name"], p["value"])
+    elif step.kind == "set-arg":
+        new = rebuild(target, {p["name"]: p["value"]})
+        if not step.where:
+            raise FixError("rebuilding the whole model is not a fix layerlab makes")
+        _set_submodule(root, step.where, new)
+    else:
+        raise FixError(f"unknown fix kind {step.kind!r}")
+
+
+def apply_fixes(model: nn.Module, steps: Sequence[FixStep]) -> FixedModel:
+    """A :class:`FixedModel`: a deep copy of ``model`` with ``steps`` applied (``model`` untouched).
+
+        >>> fixed = apply_fixes(model, report.failure.diagnosis.verified.steps)
+        >>> fixed(x).shape
+    """
+    try:
+        clone = copy.deepcopy(model)
+    except Exception as exc:
+        raise FixError(f"the model cannot be copied ({type(exc).__name__}: {exc})") from exc
+    fixed = FixedModel(clone, {})
+    for step in steps:
+        apply_step(fixed, step)
+    return fixed

@@ -1,0 +1,138 @@
+"""Attention masks: nn.MultiheadAttention's contract, and the True/False conventions that bite.
+
+The two conventions are opposite, and integer 0/1 masks (Hugging Face's ``attention_mask``:
+1 = a real token, 0 = padding) fit neither:
+
+* ``nn.MultiheadAttention`` (``key_padding_mask``, bool ``attn_mask``) and ``Tensor.masked_fill``:
+  **True = ignore / fill** this position;
+* ``F.scaled_dot_product_attention`` (bool ``attn_mask``): **True = take part** in attention.
+
+So the fix for an integer mask depends on what its 1s mean. :func:`keeps` reads it from the data:
+a padding or causal mask of real sequences keeps most positions, so mostly-ones means
+"1 = keep". The diagnosis says which reading it took.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from layerlab.probe.hooks import dtype_name
+from layerlab.probe.report import Diagnosis, FixStep
+
+TRUE_IGNORES = "True = ignore"
+TRUE_ATTENDS = "True = take part"
+
+
+def keeps(mask: torch.Tensor) -> bool:
+    """Whether the 1s of a 0/1 mask most likely mark positions to keep (they are the majority)."""
+    if mask.numel() == 0:
+        return True
+    return bool((mask != 0).float().mean() >= 0.5)
+
+
+def integer_mask_fix(mask: torch.Tensor, convention: str) -> Tuple[str, str, str]:
+    """``(to, code, reading)``: the conversion of an integer mask for an API with ``convention``."""
+    keep = keeps(mask)
+    reading = ("its 1s are the majority, so 1 reads as keep (Hugging Face's attention_mask convention)"
+               if keep else "its 0s are the majority, so 1 reads as a position to hide")
+    if (convention == TRUE_IGNORES) == keep:
+        return "eq0", "mask == 0", reading
+    return "bool", "mask.bool()", reading
+
+
+def mask_dtype(mask, label: str, convention: str, where: str, arg, api: str) -> Optional[Diagnosis]:
+    """An integer mask passed where bool or float is wanted."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype == torch.bool or mask.is_floating_point():
+        return None
+    to, code, reading = integer_mask_fix(mask, convention)
+    other = "mask.bool()" if to == "eq0" else "mask == 0"
+    return Diagnosis(
+        f"{label} is {dtype_name(mask.dtype)}; {api} takes a bool mask ({convention}) or a float mask "
+        f"(added to the scores); {reading}",
+        expected="bool or float", got=dtype_name(mask.dtype), cause="mask-dtype",
+        hint=f"pass {label.split()[0]}={code} (bool, {convention})",
+        fix=FixStep("cast-input", where, code, {"arg": arg, "to": to}),
+        alternatives=[f"{other} if the 1s mark positions to {'hide' if to == 'eq0' else 'keep'}"],
+        rule=f"{api}: bool mask {convention}; float mask added to the attention scores",
+    )
+
+
+def mha(ctx) -> Optional[Diagnosis]:
+    m: nn.MultiheadAttention = ctx.module
+    q, k, v = ctx.arg("query", 0), ctx.arg("key", 1), ctx.arg("value", 2)
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return None
+    for name, position in (("key_padding_mask", 3), ("attn_mask", 5)):
+        found = mask_dtype(ctx.arg(name, position), name, TRUE_IGNORES, ctx.path, ctx.key(name, position),
+                           "nn.MultiheadAttention")
+        if found is not None:
+            return found
+    layout = "(N, L, E)" if m.batch_first else "(L, N, E)"
+    rule = f"MultiheadAttention: query {layout}, key/value {layout.replace('L', 'S')}, batch_first={m.batch_first}"
+    for label, t, want in (("query", q, m.embed_dim), ("key", k, m.kdim), ("value", v, m.vdim)):
+        if t.shape[-1] != want:
+            attr = "embed_dim" if label == "query" else ("kdim" if label == "key" else "vdim")
+            return Diagnosis(
+                f"MultiheadAttention expects {label}'s last dim = {attr} = {want}, got {t.shape[-1]} "
+                f"({label} {list(t.shape)})",
+                expected=want, got=t.shape[-1], cause="size",
+                hint=f"set {attr}={t.shape[-1]}" + (" (and num_heads dividing it)" if attr == "embed_dim" else "")
+                + (f", or project the {label} to {want} features" if attr != "embed_dim" else ""),
+                rule=rule,
+            )
+    batched = q.dim() == 3
+    n = (q.shape[0] if m.batch_first else q.shape[1]) if batched else None
+    L = q.shape[-2] if (batched and m.batch_first) or not batched else q.shape[0]
+    S = k.shape[-2] if (batched and m.batch_first) or not batched else k.shape[0]
+    flipped = _other_layout(m, q, k)
+    kpm = ctx.arg("key_padding_mask", 3)
+    if isinstance(kpm, torch.Tensor) and n is not None and list(kpm.shape) != [n, S]:
+        if flipped is not None and list(kpm.shape) == [flipped[0], flipped[2]]:
+            return _batch_first(ctx, m, f"key_padding_mask {list(kpm.shape)} is (N, S) for the query read as "
+                                        f"{'(L, N, E)' if m.batch_first else '(N, L, E)'}", rule)
+        return Diagnosis(
+            f"key_padding_mask must be (N, S) = {[n, S]}, got {list(kpm.shape)}",
+            expected=[n, S], got=list(kpm.shape), cause="mask-shape",
+            hint="one row per sequence, one column per key; True marks padding to ignore",
+            rule="key_padding_mask (N, S): True = ignore this key",
+        )
+    mask = ctx.arg("attn_mask", 5)
+    if isinstance(mask, torch.Tensor):
+        ok2 = [L, S]
+        ok3 = [n * m.num_heads, L, S] if n is not None else None
+        if list(mask.shape) not in (ok2, ok3):
+            if flipped is not None and mask.dim() == 3 and list(mask.shape) == [flipped[0] * m.num_heads, flipped[1], flipped[2]]:
+                return _batch_first(ctx, m, f"attn_mask {list(mask.shape)} is (N·num_heads, L, S) for the other layout", rule)
+            return Diagnosis(
+                f"attn_mask must be (L, S) = {ok2}" + (f" or (N·num_heads, L, S) = {ok3}" if ok3 else "")
+                + f", got {list(mask.shape)}",
+                expected=ok2, got=list(mask.shape), cause="mask-shape",
+                hint=f"build it for L = {L} queries and S = {S} keys, e.g. "
+                f"nn.Transformer.generate_square_subsequent_mask({L}) for a causal mask",
+                rule="attn_mask: True / −inf = may not attend; 2-D is shared by every batch and head",
+            )
+    return None
+
+
+def _other_layout(m, q, k) -> Optional[tuple]:
+    """``(N, L, S)`` if the inputs were read with the other ``batch_first``."""
+    if q.dim() != 3 or k.dim() != 3:
+        return None
+    if m.batch_first:  # read as (L, N, E)
+        return q.shape[1], q.shape[0], k.shape[0]
+    return q.shape[0], q.shape[1], k.shape[1]
+
+
+def _batch_first(ctx, m, why: str, rule: str) -> Diagnosis:
+    want = not m.batch_first
+    return Diagnosis(
+        f"MultiheadAttention has batch_first={m.batch_first}, but {why}: the inputs are "
+        f"{'(N, L, E)' if want else '(L, N, E)'}",
+        expected=f"batch_first={want}", got=f"batch_first={m.batch_first}", cause="layout",
+        hint=f"construct it with batch_first={want} (the output then has the inputs' layout too)",
+        fix=FixStep("set-attr", ctx.path, f"batch_first={want}", {"name": "batch_first", "value": want}),
+        rule=rule,
+    )

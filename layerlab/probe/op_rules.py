@@ -1,0 +1,418 @@
+"""Why an op of the user's own code raised: view/reshape, cat/stack, broadcasting arithmetic,
+matmul/bmm/einsum, attention masks, out-of-range indices.
+
+Each rule reads the failing op's *live* arguments (kept by the op trace while the failure is
+diagnosed), says what clashed with the shapes aligned, where the offending tensor came from, and —
+where the change is mechanical — gives a fix that replaces that one op at that source line
+(``replace-op``), which :mod:`layerlab.probe.verify_fix` re-runs on a copy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from layerlab.probe.context import op_text
+from layerlab.probe.hooks import dtype_name
+from layerlab.probe.mask_rules import TRUE_ATTENDS, TRUE_IGNORES, mask_dtype
+from layerlab.probe.report import Diagnosis, FixStep
+
+_BROADCAST = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "pow", "where",
+              "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "add_", "sub_", "mul_", "div_",
+              "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__iadd__", "__isub__", "__imul__", "__itruediv__", "rsub", "atan2", "hypot", "logical_and",
+              "logical_or", "bitwise_and", "bitwise_or", "masked_fill_", "expand_as", "copy_"}
+_MATMUL = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm", "F.linear"}
+_INDEX = {"gather", "index_select", "__getitem__", "take_along_dim", "F.embedding", "index_add", "scatter",
+          "scatter_add", "scatter_", "index_put_"}
+
+
+def _site(record, **params) -> Dict[str, Any]:
+    return {"file": getattr(record, "file", None), "line": getattr(record, "line", None), "op": record.op, **params}
+
+
+def _at(record) -> str:
+    return f" at {record.source}" if record.source else ""
+
+
+def _tensor_args(failed) -> List[torch.Tensor]:
+    out = []
+    for a in (*failed.args, *failed.kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(v for v in a if isinstance(v, torch.Tensor))
+    return out
+
+
+def _origins(ctx, named) -> str:
+    texts = [ctx.origin(name, t).text for name, t in named]
+    return "; ".join(texts)
+
+
+# -- view / reshape ---------------------------------------------------------------------------------
+def _requested(failed) -> Optional[List[int]]:
+    sizes = list(failed.args[1:]) or list(failed.kwargs.get("shape", failed.kwargs.get("size", [])) or [])
+    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
+        sizes = list(sizes[0])
+    try:
+        return [int(s) for s in sizes]
+    except (TypeError, ValueError):
+        return None
+
+
+def view(ctx, failed) -> Optional[Diagnosis]:
+    x = failed.args[0] if failed.args and isinstance(failed.args[0], torch.Tensor) else None
+    record = failed.record
+    if x is None:
+        return None
+    wanted = _requested(failed)
+    message = str(failed.exc)
+    if "stride" in message and record.op == "view":
+        maker = _non_contiguous_maker(ctx, x)
+        because = (f"since `{op_text(maker)}`{_at(maker)}, which changes the strides without moving the data"
+                   if maker is not None else "(it was made by a transpose, permute, expand or slice)")
+        return Diagnosis(
+            f".view needs a tensor whose memory layout matches the new shape; the input {list(x.shape)} is "
+            f"not contiguous {because}",
+            expected="a contiguous tensor", got=f"strides {list(x.stride())}", cause="non-contiguous",
+            hint=f"use .reshape({', '.join(map(str, wanted or []))}) instead of .view{_at(record)} "
+                 "(it copies only when it must)",
+            fix=FixStep("replace-op", record.source or "", "reshape", _site(record, **{"with": "reshape"})),
+            alternatives=[f".contiguous().view(…){_at(record)}"],
+            rule="view: the new shape must be expressible with the input's strides (x.is_contiguous() suffices)",
+        )
+    if wanted is None:
+        return None
+    numel = x.numel()
+    known = [s for s in wanted if s != -1]
+    product = math.prod(known)
+    ask = " · ".join("?" if s == -1 else str(s) for s in wanted)
+    if -1 in wanted:
+        detail = f"the known sizes multiply to {product}, which does not divide {numel}"
+    else:
+        detail = f"{ask} = {product} elements"
+    options = []
+    for i, s in enumerate(wanted):
+        rest = math.prod(v for j, v in enumerate(wanted) if j != i and v != -1)
+        if s != -1 and -1 not in wanted and rest and numel % rest == 0:
+            fixed = list(wanted)
+            fixed[i] = numel // rest
+            options.append(fixed)
+    hint = (f"the input holds {numel} = {' · '.join(map(str, x.shape))} elements; "
+            + (f"a shape that fits: {options[-1]}" if options else "use -1 for the one dim that should take the rest")
+            + (" — and the layer after it must take that size" if options else ""))
+    return Diagnosis(
+        f".{record.op}({', '.join(map(str, wanted))}) asks for {detail}, but the input {list(x.shape)} has {numel}",
+        expected=numel, got=wanted, cause="element-count", hint=hint,
+        rule=f"{record.op}: the new shape must hold exactly as many elements as the input",
+    )
+
+
+def _non_contiguous_maker(ctx, x):
+    """The op of the user's code that made ``x`` (or an ancestor) non-contiguous."""
+    index = ctx.made_by(x)[0]
+    for _ in range(8):
+        record = ctx.op(index)
+        if record is None:
+            return None
+        source = record.inputs[0] if record.inputs else None
+        if record.contiguous and not record.contiguous[0]:
+            before = ctx.op(source.from_op) if source is not None else None
+            if before is None or (before.contiguous and before.contiguous[0]):
+                return record
+        if source is None:
+            return None
+        index = source.from_op
+    return None
+
+
+# -- cat / stack ------------------------------------------------------------------------------------
+def cat(ctx, failed) -> Optional[Diagnosis]:
+    record = failed.record
+    seq = failed.args[0] if failed.args else failed.kwargs.get("tensors")
+    if not isinstance(seq, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in seq) or len(seq) < 2:
+        return None
+    shapes = [list(t.shape) for t in seq]
+    dim = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("dim", 0)
+    named = [(f"tensors[{i}]", t) for i, t in enumerate(seq)]
+    if record.op == "stack":
+        bad = next(i for i, s in enumerate(shapes) if s != shapes[0])
+        return Diagnosis(
+            f"stack needs tensors of one shape; tensors[0] is {shapes[0]} and tensors[{bad}] is {shapes[bad]}",
+            expected=shapes[0], got=shapes[bad], cause="size",
+            hint="make them the same shape, or use torch.cat to join along an existing dim of different sizes",
+            rule="stack: every tensor the same shape; a new dim is added", alternatives=[_origins(ctx, named)],
+        )
+    if len({len(s) for s in shapes}) != 1:
+        return Diagnosis(
+            f"cat needs tensors with the same number of dims, got shapes {shapes}", expected="same rank",
+            got=shapes, cause="rank", hint="unsqueeze or flatten the odd one out", rule="cat: same rank",
+        )
+    r = len(shapes[0])
+    dim = dim % r if isinstance(dim, int) else 0
+    clash = [k for k in range(r) if k != dim and len({s[k] for s in shapes}) > 1]
+    works = [d for d in range(r) if all(len({s[k] for s in shapes}) == 1 for k in range(r) if k != d)]
+    where = ", ".join(f"dim {k}: {[s[k] for s in shapes]}" for k in clash)
+    base = (f"cat(dim={dim}) needs every other dim equal, but {where} (shapes {shapes}); "
+            + _origins(ctx, named))
+    if works:
+        d = works[0]
+        out = list(shapes[0])
+        out[d] = sum(s[d] for s in shapes)
+        return Diagnosis(
+            base, expected=f"equal sizes except dim {dim}", got=shapes, cause="cat-dim",
+            hint=f"join along dim {d}: {record.op}(…, dim={d}){_at(record)} → {out}",
+            fix=FixStep("replace-op", record.source or "", f"{record.op}(…, dim={d})", _site(record, dim=d)),
+            rule="cat: sizes may differ only along the joined dim",
+        )
+    return Diagnosis(base, expected=f"equal sizes except dim {dim}", got=shapes, cause="size",
+                     hint="resize one of them (a projection or a pool) so that the other dims agree",
+                     rule="cat: sizes may differ only along the joined dim")
+
+
+# -- broadcasting -----------------------------------------------------------------------------------
+def broadcast(ctx, failed) -> Optional[Diagnosis]:
+    tensors = [t for t in _tensor_args(failed) if t.dim() > 0]
+    if len(tensors) < 2 or "size" not in str(failed.exc):
+        return None
+    a, b = tensors[0], tensors[1]
+    r = max(a.dim(), b.dim())
+    pa = [None] * (r - a.dim()) + list(a.shape)
+    pb = [None] * (r - b.dim()) + list(b.shape)
+    clash = [k for k in range(r) if pa[k] is not None and pb[k] is not None and pa[k] != pb[k] and 1 not in (pa[k], pb[k])]
+    if not clash:
+        return None
+    record = failed.record
+    aligned = f"a {_aligned(pa)}\nb {_aligned(pb)}"
+    dims = ", ".join(f"dim {k - r}: {pa[k]} vs {pb[k]}" for k in clash)
+    named = [("a", a), ("b", b)]
+    message = (f"`{op_text(record)}`{_at(record)} broadcasts a {list(a.shape)} with b {list(b.shape)}: "
+               f"sizes must be equal or 1 from the right, but {dims}; " + _origins(ctx, named))
+    fix, hint = _branch_width_fix(ctx, a, b, clash[-1] - r)
+    if sorted(a.shape) == sorted(b.shape) and a.dim() == b.dim() and fix is None:
+        hint = "the operands hold the same sizes in another order: one of them is transposed — permute it to match"
+    return Diagnosis(
+        message, expected=list(a.shape), got=list(b.shape), cause="broadcast",
+        hint=hint or "make the clashing dims equal (or 1): a residual needs the branch to keep the width, "
+                     "or a projection of the shortcut",
+        fix=fix, rule=f"broadcasting, aligned from the right:\n{aligned}",
+    )
+
+
+def _aligned(shape) -> str:
+    return "(" + ", ".join("·" if s is None else str(s) for s in shape) + ")"
+
+
+def _branch_width_fix(ctx, a, b, dim: int):
+    """A residual ``x + f(x)`` whose branch ``f`` ends in a Linear/Conv of the wrong width: set
+    that layer's output size to the other operand's."""
+    for branch, other in ((b, a), (a, b)):
+        call = ctx.producer(branch)
+        if call is None:
+            continue
+        module = ctx.recorder.modules[call.index]
+        width = other.shape[dim] if other.dim() >= -dim else None
+        if isinstance(module, torch.nn.Linear) and dim == -1 and branch.dim() >= 1:
+            attr = "out_features"
+        elif isinstance(module, torch.nn.modules.conv._ConvNd) and branch.dim() - 1 + dim + 1 == 1:
+            attr = "out_channels"
+        else:
+            continue
+        if width is None:
+            continue
+        return (FixStep("set-arg", call.path, f"{attr}={width}", {"name": attr, "value": width}),
+                f"make {call.label} ({call.class_name}) output the other operand's width: {attr}={width} "
+                f"(or project the other side to {getattr(module, attr)})")
+    return None, None
+
+
+# -- matmul -----------------------------------------------------------------------------------------
+def matmul(ctx, failed) -> Optional[Diagnosis]:
+    tensors = [t for t in _tensor_args(failed)]
+    record = failed.record
+    if record.op in ("baddbmm", "addmm"):
+        tensors = tensors[1:]
+    if len(tensors) < 2:
+        return None
+    a, b = tensors[0], tensors[1]
+    if record.op == "F.linear":  # weight (out, in): x's last dim must be in
+        if b.dim() != 2 or a.shape[-1] == b.shape[1]:
+            return None
+        k, k2 = a.shape[-1], b.shape[1]
+        transposed = b.shape[0] == k
+        return Diagnosis(
+            f"F.linear(x, weight){_at(record)}: x's last dim {k} must equal weight's dim 1 (in_features) {k2}; "
+            f"weight is {list(b.shape)} = (out_features, in_features)",
+            expected=k2, got=k, cause="inner-dim",
+            hint=(f"the weight is stored as (in, out): pass weight.t(){_at(record)}" if transposed
+                  else f"make the weight ({b.shape[0]}, {k})"),
+            fix=FixStep("replace-op", record.source or "", "weight.t()", _site(record, transpose=1)) if transposed else None,
+            rule="F.linear: x (*, in) · weightᵀ, weight (out, in)",
+        )
+    if a.dim() < 2 or b.dim() < 2:
+        return None
+    k, k2 = a.shape[-1], b.shape[-2]
+    if k == k2:
+        return _batch_dims(ctx, record, a, b)
+    named = [("a", a), ("b", b)]
+    base = (f"`{op_text(record)}`{_at(record)} multiplies a {list(a.shape)} by b {list(b.shape)}: "
+            f"a's last dim ({k}) must equal b's second-to-last ({k2}); " + _origins(ctx, named))
+    rule = "matmul: (…, n, k) @ (…, k, m) → (…, n, m)"
+    if b.shape[-1] == k:
+        return Diagnosis(
+            base, expected=k, got=k2, cause="inner-dim",
+            hint=f"b is (…, m, k): transpose it — a @ b.transpose(-2, -1){_at(record)} (as in q @ kᵀ)",
+            fix=FixStep("replace-op", record.source or "", "b.transpose(-2, -1)", _site(record, transpose=1)),
+            rule=rule,
+        )
+    if a.shape[-2] == k2:
+        return Diagnosis(
+            base, expected=k, got=k2, cause="inner-dim",
+            hint=f"a is (…, k, n): transpose it — a.transpose(-2, -1) @ b{_at(record)}",
+            fix=FixStep("replace-op", record.source or "", "a.transpose(-2, -1)", _site(record, transpose=0)),
+            rule=rule,
+        )
+    return Diagnosis(base, expected=k, got=k2, cause="inner-dim",
+                     hint="project one operand so that the inner dims agree", rule=rule)
+
+
+def _batch_dims(ctx, record, a, b) -> Optional[Diagnosis]:
+    if a.shape[:-2] == b.shape[:-2]:
+        return None
+    return Diagnosis(
+        f"`{op_text(record)}`{_at(record)}: the batch dims {list(a.shape[:-2])} and {list(b.shape[:-2])} "
+        f"do not match (inner dims are fine); " + _origins(ctx, [("a", a), ("b", b)]),
+        expected=list(a.shape[:-2]), got=list(b.shape[:-2]), cause="broadcast",
+        hint="bmm needs equal batch sizes; matmul broadcasts them (sizes equal or 1)",
+        rule="matmul: batch dims broadcast; bmm: (B, n, k) @ (B, k, m)",
+    )
+
+
+def einsum(ctx, failed) -> Optional[Diagnosis]:
+    eq = failed.args[0] if failed.args and isinstance(failed.args[0], str) else None
+    tensors = _tensor_args(failed)
+    if eq is None or "->" not in eq and "," not in eq:
+        return None
+    terms = eq.split("->")[0].replace(" ", "").split(",")
+    if len(terms) != len(tensors) or any("." in t for t in terms):
+        return None
+    sizes: Dict[str, list] = {}
+    for i, (term, t) in enumerate(zip(terms, tensors)):
+        for letter, n in zip(term, t.shape):
+            sizes.setdefault(letter, []).append((i, n))
+    clash = {c: v for c, v in sizes.items() if len({n for _, n in v if n != 1}) > 1}
+    if not clash:
+        return None
+    letter, seen = next(iter(clash.items()))
+    record = failed.record
+    return Diagnosis(
+        f"einsum('{eq}'){_at(record)}: subscript {letter} is " + " and ".join(f"{n} in operand {i}" for i, n in seen)
+        + "; " + ", ".join(f"operand {i} {list(t.shape)} as '{term}'" for i, (term, t) in enumerate(zip(terms, tensors))),
+        expected=seen[0][1], got=seen[-1][1], cause="inner-dim",
+        hint=f"every occurrence of {letter} must have one size: check the order of the subscripts against each operand's dims",
+        rule="einsum: one size per subscript letter (1 broadcasts)",
+    )
+
+
+# -- masks, indices, dtypes -------------------------------------------------------------------------
+def masked_fill(ctx, failed) -> Optional[Diagnosis]:
+    if "boolean" not in str(failed.exc):
+        return None
+    mask = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("mask")
+    record = failed.record
+    found = mask_dtype(mask, "mask", TRUE_IGNORES, record.source or "", 1, f"{record.op} (fills where the mask is True)")
+    if found is not None and found.fix is not None:
+        found.fix = FixStep("replace-op", record.source or "", found.fix.code, _site(record, arg=1, to=found.fix.params["to"]))
+        found.hint = found.hint.replace("pass mask=", f"pass{_at(record)} ")
+    return found
+
+
+def sdpa(ctx, failed) -> Optional[Diagnosis]:
+    mask = failed.kwargs.get("attn_mask", failed.args[3] if len(failed.args) > 3 else None)
+    record = failed.record
+    if not isinstance(mask, torch.Tensor):
+        return None
+    arg = "attn_mask" if "attn_mask" in failed.kwargs else 3
+    found = mask_dtype(mask, "attn_mask", TRUE_ATTENDS, record.source or "", arg, "F.scaled_dot_product_attention")
+    if found is not None:
+        found.fix = FixStep("replace-op", record.source or "", found.fix.code, _site(record, arg=arg, to=found.fix.params["to"]))
+        found.alternatives.append("careful: nn.MultiheadAttention's bool masks mean the opposite (True = ignore)")
+        return found
+    q, k = failed.args[0], failed.args[1]
+    want = [*q.shape[:-2], q.shape[-2], k.shape[-2]]
+    return Diagnosis(
+        f"attn_mask {list(mask.shape)} does not broadcast to the scores (N, …, L, S) = {want}",
+        expected=want, got=list(mask.shape), cause="mask-shape",
+        hint=f"build it as (L, S) = {[q.shape[-2], k.shape[-2]]} or (N, 1, L, S); a padding mask (N, S) "
+             "needs mask[:, None, None, :]",
+        rule="F.scaled_dot_product_attention: attn_mask broadcasts to (N, heads, L, S); bool True = take part",
+    )
+
+
+def index(ctx, failed) -> Optional[Diagnosis]:
+    message = str(failed.exc)
+    if "out of" not in message and "index" not in message:
+        return None
+    record = failed.record
+    tensors = _tensor_args(failed)
+    src = tensors[0] if tensors else None
+    ids = next((t for t in tensors[1:] if not t.is_floating_point() and t.dtype != torch.bool), None)
+    if record.op == "F.embedding":
+        ids, src = tensors[0], tensors[1] if len(tensors) > 1 else None
+        if ids.is_floating_point():
+            return Diagnosis(
+                f"F.embedding{_at(record)} takes integer ids, got {dtype_name(ids.dtype)}", expected="int64",
+                got=dtype_name(ids.dtype), cause="dtype", hint="pass ids.long()",
+                fix=FixStep("replace-op", record.source or "", "ids.long()", _site(record, arg=0, to="long")),
+                rule="embedding: ids integer in [0, num_embeddings)",
+            )
+    m = re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", message)
+    if ids is not None and ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        dim_size = (src.shape[0] if record.op == "F.embedding" and src is not None else
+                    int(m.group(3)) if m else None)
+        limit = f" (valid 0..{dim_size - 1})" if dim_size is not None else ""
+        return Diagnosis(
+            f"`{op_text(record)}`{_at(record)}: the indices span {lo}..{hi}{limit}; "
+            + _origins(ctx, [("index", ids)]),
+            expected=f"0 ≤ index < {dim_size}" if dim_size is not None else "indices within the dim",
+            got=f"{lo}..{hi}", cause="index-range",
+            hint="an off-by-one (ids counted from 1), a vocabulary or class count set too small, or padding "
+                 "ids like -100 reaching an index op",
+            rule="indices must lie in [-size, size) (gather, index_select, embedding: [0, size))",
+        )
+    if m:
+        return Diagnosis(
+            f"`{op_text(record)}`{_at(record)}: index {m.group(1)} on dim {m.group(2)} of size {m.group(3)}",
+            expected=f"index < {m.group(3)}", got=int(m.group(1)), cause="index-range",
+            hint="check the index arithmetic (an off-by-one, or a size that changed upstream)",
+            rule="indices must lie in [-size, size)",
+        )
+    return None
+
+
+def diagnose_op(ctx, failed) -> Optional[Diagnosis]:
+    """The rule for the op that raised (``None`` when none applies)."""
+    name = failed.record.op.lstrip("_").rstrip("_") if failed.record.op.startswith("__") else failed.record.op
+    op = failed.record.op
+    if op in ("view", "reshape", "view_as"):
+        return view(ctx, failed)
+    if op in ("cat", "concat", "concatenate", "stack"):
+        return cat(ctx, failed)
+    if op in ("masked_fill", "masked_fill_"):
+        return masked_fill(ctx, failed) or broadcast(ctx, failed)
+    if op == "F.scaled_dot_product_attention":
+        return sdpa(ctx, failed)
+    if op in _MATMUL:
+        return matmul(ctx, failed)
+    if op == "einsum":
+        return einsum(ctx, failed)
+    if op in _INDEX:
+        return index(ctx, failed)
+    if op in _BROADCAST or name in _BROADCAST:
+        return broadcast(ctx, failed)
+    return None
