@@ -90,7 +90,11 @@ class FailureContext:
 
     def producer(self, t: torch.Tensor) -> Optional[CallRecord]:
         """The module call whose output ``t`` is, looking through shape-keeping ops of the user's
-        code (``F.relu``, dropout, ``+`` of a bias) but not through ops that move axes."""
+        code (``F.relu``, dropout, ``+`` of a bias) and shape-keeping modules (``nn.ReLU``,
+        ``nn.Dropout``: :data:`~layerlab.probe.layout.ELEMENTWISE`), but not through anything that
+        moves axes: what made the data, so that its layout is known."""
+        from layerlab.probe.layout import ELEMENTWISE
+
         op_index, call_index = self.made_by(t)
         for _ in range(ORIGIN_STEPS):
             if op_index is None:
@@ -100,14 +104,41 @@ class FailureContext:
             if not same:
                 return None
             op_index, call_index = same[0].from_op, same[0].from_call
-        return self.call(call_index)
+        call = self.call(call_index)
+        for _ in range(ORIGIN_STEPS):  # Sequential(conv, nn.ReLU()): the layout is the conv's
+            if call is None or call.class_name not in ELEMENTWISE:
+                break
+            ins, outs = call.tensor_inputs, call.tensor_outputs
+            if not ins or not outs or ins[0].shape != outs[0].shape or ins[0].source is None:
+                break
+            call = self.call(ins[0].source)
+        return call
 
     def producer_op(self, t: torch.Tensor) -> Optional[OpRecord]:
         return self.op(self.made_by(t)[0])
 
     def origin(self, name: str, t: torch.Tensor) -> Origin:
         op_index, call_index = self.made_by(t)
+        if op_index is None and call_index is None:
+            owned = self.owner(t)
+            if owned is not None:  # not a model input: Origin says so when it has no steps
+                return Origin(input=name, shape=list(t.shape), steps=[owned])
         return origin_from(name, list(t.shape), op_index, call_index, self)
+
+    def origins(self, named) -> str:
+        """``"a [2, 5, 32] came from …; b …"`` for ``(name, tensor)`` pairs."""
+        return "; ".join(self.origin(name, t).text for name, t in named)
+
+    def owner(self, t: torch.Tensor) -> Optional[str]:
+        """``the parameter `pos``` when ``t`` is a parameter or buffer of the model."""
+        root = getattr(self.recorder, "root", None)
+        if root is None:
+            return None
+        for kind, named in (("parameter", root.named_parameters), ("buffer", root.named_buffers)):
+            for qualified, value in named():
+                if value is t:
+                    return f"the {kind} `{qualified}`"
+        return None
 
 
 def op_text(record: OpRecord) -> str:
@@ -119,6 +150,27 @@ def op_text(record: OpRecord) -> str:
         parts.append(text if k.isdigit() else f"{k}={text}")
     head = f"{record.receiver}.{record.op}" if record.receiver else record.op
     return f"{head}({', '.join(parts)})"
+
+
+def op_tensors(failed) -> List[torch.Tensor]:
+    """The tensor arguments of a failed op (``FailedOp``), lists and tuples opened one level."""
+    out = []
+    for a in (*failed.args, *failed.kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(v for v in a if isinstance(v, torch.Tensor))
+    return out
+
+
+def op_site(record: OpRecord, **params) -> dict:
+    """The ``params`` of a ``replace-op`` fix for ``record``'s call at its source line."""
+    return {"file": getattr(record, "file", None), "line": getattr(record, "line", None), "op": record.op, **params}
+
+
+def op_at(record: OpRecord) -> str:
+    """`` at model.py:41`` (empty when the line is unknown)."""
+    return f" at {record.source}" if record.source else ""
 
 
 def origin_from(name: str, shape: List[int], op_index: Optional[int], call_index: Optional[int],

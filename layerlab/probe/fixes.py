@@ -92,11 +92,16 @@ def rebuild(module: nn.Module, changes: Dict[str, Any]) -> nn.Module:
     are read back from the module's attributes (torch.nn keeps them under the same names)."""
     cls = type(module)
     try:
-        sig = pyinspect.signature(cls.__init__)
+        # RNN/LSTM/GRU take (*args, **kwargs) and hand them to RNNBase, whose names they keep
+        sig = pyinspect.signature(nn.RNNBase.__init__ if isinstance(module, nn.RNNBase) else cls.__init__)
     except (TypeError, ValueError) as exc:
         raise FixError(f"cannot read {cls.__name__}'s constructor arguments") from exc
     kwargs = {}
+    if isinstance(module, nn.RNN):
+        kwargs["nonlinearity"] = module.nonlinearity
     for name, p in list(sig.parameters.items())[1:]:
+        if isinstance(module, nn.RNNBase) and (name == "mode" or (name == "proj_size" and not isinstance(module, nn.LSTM))):
+            continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if name in changes:
@@ -120,6 +125,10 @@ def rebuild(module: nn.Module, changes: Dict[str, Any]) -> nn.Module:
         new = new.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
     new.train(module.training)
     return new
+
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
 
 
 def _set_submodule(root: nn.Module, path: str, new: nn.Module) -> None:
@@ -198,6 +207,9 @@ def apply_step(fixed: FixedModel, step: FixStep) -> None:
         new = rebuild(target, {p["name"]: p["value"]})
         if not step.where:
             raise FixError("rebuilding the whole model is not a fix layerlab makes")
+        for hooks in _HOOK_DICTS:  # an earlier step's permute of this module's input stays
+            if hasattr(target, hooks):
+                setattr(new, hooks, getattr(target, hooks))
         _set_submodule(root, step.where, new)
     else:
         raise FixError(f"unknown fix kind {step.kind!r}")

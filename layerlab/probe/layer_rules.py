@@ -3,14 +3,18 @@
 One rule per layer family: ``rule(ctx) -> Diagnosis | None`` (``ctx`` a
 :class:`~layerlab.probe.context.FailureContext`). The order inside each rule is the point:
 
-1. **layout** — the size the layer wants sits on another axis of its input (Conv1d fed (N, L, C)
-   from an Embedding, NHWC into Conv2d, BatchNorm1d on (N, L, C), LayerNorm(C) on NCHW, an LSTM
-   fed conv features (N, C, L)). The fix moves that axis (``x.transpose(1, 2)``), and for layers
-   that keep the layout (the norms) moves it back after. Where the wanted size sits on several
-   axes and nothing tells which is meant, the cause is ``ambiguous`` and no fix is offered.
-2. **rank** — a dimension is missing or extra: say which one (Conv3d given (N, C, H, W) lacks the
+1. **provenance** — the module that made the input settles its layout (:func:`_made`): an
+   Embedding's, a Linear's or an LSTM's output has its features last, a conv's on dim 1. A conv
+   fed an Embedding's output is a layout error whatever the sizes; a Linear fed another Linear's
+   output is a size error even when the size it wants happens to sit on the time axis (moving that
+   axis would run and compute garbage).
+2. **layout** — for inputs of unknown provenance (a model input, an op that moved axes): the size
+   the layer wants sits on exactly one other axis (NHWC into Conv2d). The fix moves that axis
+   (``x.transpose(1, 2)``), and for layers that keep the layout (the norms) moves it back after.
+   Where the size sits on several axes, the cause is ``ambiguous`` and no fix is offered.
+3. **rank** — a dimension is missing or extra: say which one (Conv3d given (N, C, H, W) lacks the
    depth dim; a Linear given (N, C, H, W) whose C·H·W is in_features lacks a flatten).
-3. **size** — only when no axis fits: change the layer's size argument.
+4. **size** — only when no axis fits: change the layer's size argument.
 
 Shape symbols: N batch, C channels, L/S sequence lengths (query/key), E embedding, H hidden size.
 """
@@ -25,7 +29,7 @@ import torch.nn as nn
 
 from layerlab.probe import layout as Lay
 from layerlab.probe.formula import explain_failure
-from layerlab.probe.hooks import dtype_name
+from layerlab.probe.op_rules import float_ids
 from layerlab.probe.report import Diagnosis, FixStep
 
 
@@ -37,38 +41,25 @@ def _name(ctx) -> str:
     return ctx.path or "(root)"
 
 
-def _permute_fix(ctx, key, dims, restore: bool) -> FixStep:
-    code = Lay.permute_code("x", dims)
-    if restore:
-        back = Lay.permute_code("", Lay.inverse(dims))
-        code = f"{_name(ctx)}({code}){back}"
-    return FixStep("permute-input", ctx.path, code,
-                   {"arg": key, "dims": list(dims), "restore": Lay.inverse(dims) if restore else None})
-
-
-def _made_features_last(ctx, x) -> bool:
-    producer = ctx.producer(x)
-    return producer is not None and producer.class_name in Lay.FEATURES_LAST
-
-
-def _made_channels_first(ctx, x) -> bool:
-    producer = ctx.producer(x)
-    return producer is not None and producer.class_name in Lay.CHANNELS_FIRST
-
-
 def _set_arg(ctx, name: str, value) -> FixStep:
     return FixStep("set-arg", ctx.path, f"{name}={value}", {"name": name, "value": value})
 
 
-def _ambiguous(ctx, what: str, want: int, shape: list, axes: list, options: list) -> Diagnosis:
-    return Diagnosis(
-        f"{type(ctx.module).__name__} expects {what} = {want}, and {want} sits on {Lay.axis_list(axes)} "
-        f"of the input {shape}: layerlab cannot tell which axis holds the features",
-        expected=want, got=shape, cause="ambiguous",
-        hint=options[0] + " — or " + options[1] if len(options) > 1 else options[0],
-        alternatives=options[1:],
-        rule=f"{type(ctx.module).__name__}: features on one axis; the other axes are batch/positions",
-    )
+def _layout(ctx, message: str, dims, rule: str, expected, got, what: str, alternatives=(), restore=False) -> Diagnosis:
+    """Move the input's axes by ``dims`` (and back after, for layers that keep the layout)."""
+    fix = Lay.permute_fix(ctx, ctx.key("input", 0), dims, restore)
+    hint = (f"{what} and keep the layout: {fix.code}" if restore else
+            f"{what} before {_name(ctx)}: {fix.code} → {Lay.permuted(_shape(ctx.arg('input', 0)), dims)}")
+    return Diagnosis(message, expected=expected, got=got, cause="layout", hint=hint, fix=fix,
+                     alternatives=list(alternatives), rule=rule)
+
+
+def _size(ctx, base: str, side, made: str, attr: str, value, rule: str, expected, got, hint=None) -> Diagnosis:
+    """Change the layer's size argument; when the producer settles the layout, say so."""
+    puts = "its features last" if side == "last" else "its channels on dim 1"
+    because = f"; {made} puts {puts}, so the layout is right and {attr} is not" if side else ""
+    return Diagnosis(base + because, expected=expected, got=got, cause="size", hint=hint or f"set {attr}={value}",
+                     fix=_set_arg(ctx, attr, value), rule=rule)
 
 
 # -- Linear -----------------------------------------------------------------------------------------
@@ -89,27 +80,38 @@ def linear(ctx) -> Optional[Diagnosis]:
                 fix=FixStep("reshape-input", ctx.path, f"x.flatten({start})", {"arg": key, "op": "flatten", "start": start}),
                 rule=rule,
             )
-    axes = Lay.axes_with(shape, want, skip={x.dim() - 1} | ({0} if x.dim() >= 2 else set()))
+    side, made = Lay.made(ctx, x)
+    if side == "first":
+        return _linear_on_channels_first(ctx, x, base, made, rule)
+    axes = [] if side == "last" else Lay.axes_with(shape, want, skip={x.dim() - 1} | ({0} if x.dim() >= 2 else set()))
     if axes:
-        axis = Lay.one_axis(axes, prefer=(1,) if _made_channels_first(ctx, x) else ())
+        axis = Lay.one_axis(axes)
         if axis is None:
-            return _ambiguous(ctx, "last dim = in_features", want, shape, axes,
-                              [f"move the feature axis last (x.movedim({axes[0]}, -1))", f"set in_features={got}"])
-        dims = Lay.move_axis(x.dim(), axis, -1)
-        return Diagnosis(
-            f"{base}; {want} sits on dim {axis}: the features are on dim {axis}, not last "
-            f"(e.g. conv features (N, C, L) where Linear reads (N, L, C))",
-            expected=f"[*, {want}]", got=shape, cause="layout",
-            hint=f"move the features last before {_name(ctx)}: {Lay.permute_code('x', dims)} "
-                 f"→ {Lay.permuted(shape, dims)}",
-            fix=_permute_fix(ctx, key, dims, restore=False),
-            alternatives=[f"set in_features={got} — only if dim {x.dim() - 1} really holds the features"],
-            rule=rule,
-        )
+            return Lay.ambiguous(ctx, "last dim = in_features", want, shape, axes,
+                                 [f"move the feature axis last (x.movedim({axes[0]}, -1))", f"set in_features={got}"])
+        return _layout(ctx, f"{base}; {want} sits on dim {axis}: the features are on dim {axis}, not last",
+                       Lay.move_axis(x.dim(), axis, -1), rule, f"[*, {want}]", shape, "move the features last",
+                       [f"set in_features={got} — only if dim {x.dim() - 1} really holds the features"])
+    return _size(ctx, base, side, made, "in_features", got, rule, f"[*, {want}]", shape,
+                 hint=f"set in_features={got}, or reshape the input so that its last dim is {want}")
+
+
+def _linear_on_channels_first(ctx, x, base: str, made: str, rule: str) -> Diagnosis:
+    """A Linear fed (N, C, *positions) from a conv: its last dim is a position axis, never features."""
+    shape, want, C = _shape(x), ctx.module.in_features, x.shape[1]
+    if x.dim() == 3 and C == want:
+        return _layout(ctx, f"{base}; {made} puts its channels on dim 1: the input is (N, C, L) where Linear reads "
+                       "(N, L, C)", [0, 2, 1], rule, f"[*, {want}]", shape, "move the channels last",
+                       [f"set in_features={shape[-1]} — only if the Linear should mix the positions of each channel"])
+    positions, size = tuple(range(2, x.dim())), f"in_features={C}" + (" (as set)" if C == want else "")
+    options = [f"pool the positions away (x.mean(dim={positions if len(positions) > 1 else 2})) with {size}",
+               f"flatten them (x.flatten(1)) with in_features={math.prod(shape[1:])}",
+               f"or apply it at every position (x.movedim(1, -1)) with {size}"]
     return Diagnosis(
-        base, expected=f"[*, {want}]", got=shape, cause="size",
-        hint=f"set in_features={got}, or reshape the input so that its last dim is {want}",
-        fix=_set_arg(ctx, "in_features", got), rule=rule,
+        f"{base}; {made} puts its channels on dim 1, so the last dim ({shape[-1]}) is a position axis, not "
+        "features: which fix is right depends on what the Linear should see",
+        expected=f"[*, {want}]", got=shape, cause="ambiguous", hint=f"{options[0]}, or {options[1]}",
+        alternatives=options[2:], rule=rule,
     )
 
 
@@ -150,14 +152,18 @@ def conv(ctx) -> Optional[Diagnosis]:
             )
     if r not in (nd + 1, nd + 2):
         if r == nd + 3 and shape[2] == C:
+            # Folding T into the batch is the fix only when this layer is the whole model: the caller
+            # then unfolds its output. Inside a model, the layers after it would run on N·T rows and
+            # the model would return N·T results for N samples: no mechanical fix there.
+            fold = FixStep("reshape-input", ctx.path, "x.flatten(0, 1)", {"arg": key, "op": "flatten", "start": 0, "end": 1})
             return Diagnosis(
                 f"{name} expects a {nd + 2}-D (N, C, {dims}) input, got {r}-D {shape}: dim 2 = {C} = in_channels, "
                 f"so it looks like a stack of samples (N, T, C, {dims})",
                 expected=f"{nd + 2}-D (N, C, {dims})", got=shape, cause="rank",
-                hint=f"fold dims 0 and 1 into the batch: x.flatten(0, 1) → {[shape[0] * shape[1], *shape[2:]]} "
-                     f"(and unflatten the output), or use Conv{nd + 1}d" if nd < 3 else "",
-                fix=FixStep("reshape-input", ctx.path, "x.flatten(0, 1)", {"arg": key, "op": "flatten", "start": 0, "end": 1}),
-                rule=rule,
+                hint=f"fold dims 0 and 1 into the batch: x.flatten(0, 1) → {[shape[0] * shape[1], *shape[2:]]}, "
+                     f"then unfold the result (y.unflatten(0, ({shape[0]}, {shape[1]}))) and reduce over T if meant"
+                     + (f"; or use Conv{nd + 1}d on (N, C, T, {dims})" if nd < 3 else ""),
+                fix=fold if not ctx.path else None, rule=rule,
             )
         return Diagnosis(
             f"{name} expects a {nd + 1}-D (C, {dims}) or {nd + 2}-D (N, C, {dims}) input, got {r}-D {shape}",
@@ -170,7 +176,7 @@ def conv(ctx) -> Optional[Diagnosis]:
     if channels == C:
         return formula(ctx.module, x)
     base = f"{name} expects C = in_channels = {C} input channels, got {channels} (input {shape})"
-    cat = _cat_fix(ctx, x, ch_axis, C)
+    cat = Lay.cat_fix(ctx, x, ch_axis, C)
     if cat is not None:
         return Diagnosis(
             f"{base}; the input is `{cat[0].code or cat[0].op}` at {cat[0].source}, which joins along dim "
@@ -179,60 +185,29 @@ def conv(ctx) -> Optional[Diagnosis]:
             hint=f"concatenate along the channel dim: {cat[0].op}(…, dim={ch_axis}) at {cat[0].source}",
             fix=cat[2], rule=rule,
         )
+    side, made = Lay.made(ctx, x)
+    last = r - 1
     axes = Lay.axes_with(shape, C, skip=set(range(ch_axis + 1)))
-    if axes:
-        last = r - 1
-        axis = last if axes == [last] or (last in axes and _made_features_last(ctx, x)) else None
-        if axis is None:
-            return _ambiguous(ctx, "C = in_channels", C, shape, axes + ([ch_axis] if False else []),
-                              [f"if the input is channels-last, move the channels to dim {ch_axis}: "
-                               f"{Lay.permute_code('x', Lay.move_axis(r, axes[-1], ch_axis))}",
-                               f"if dim {ch_axis} holds the channels, set in_channels={channels}"])
-        moved = Lay.move_axis(r, axis, ch_axis)
-        made = ctx.producer(x)
-        source = f" ({made.label} ({made.class_name}) puts its features last)" if made is not None and \
-            made.class_name in Lay.FEATURES_LAST else ""
-        return Diagnosis(
-            f"{base}; {C} sits on the last dim: the input is channels-last "
-            f"(N, {dims}, C){source} where {name} reads (N, C, {dims})",
-            expected=C, got=channels, cause="layout",
-            hint=f"move the channels to dim {ch_axis} before {_name(ctx)}: {Lay.permute_code('x', moved)} "
-                 f"→ {Lay.permuted(shape, moved)}",
-            fix=_permute_fix(ctx, key, moved, restore=False),
-            alternatives=[f"set in_channels={channels} — only if dim {ch_axis} really holds the channels"],
-            rule=rule,
-        )
-    return Diagnosis(
-        base, expected=C, got=channels, cause="size",
-        hint=f"set in_channels={channels}, or make the previous layer output {C} channels",
-        fix=_set_arg(ctx, "in_channels", channels), rule=rule,
-    )
+    if side == "last" or (side is None and axes == [last]):
+        source = f" ({made} puts its features last)" if side else ""
+        return _layout(ctx, f"{base}; {f'{C} sits on the last dim: the' if shape[last] == C else 'the'} input is "
+                       f"channels-last (N, {dims}, C){source} where {name} reads (N, C, {dims})"
+                       + Lay.then_size(shape[last], C, "in_channels"), Lay.move_axis(r, last, ch_axis), rule, C,
+                       channels, f"move the channels to dim {ch_axis}",
+                       [] if side else [f"set in_channels={channels} — only if dim {ch_axis} really holds the channels"])
+    if side is None and axes:
+        return Lay.ambiguous(ctx, "C = in_channels", C, shape, axes,
+                             [f"if the input is channels-last, move the channels to dim {ch_axis}: "
+                              f"{Lay.permute_code('x', Lay.move_axis(r, axes[-1], ch_axis))}",
+                              f"if dim {ch_axis} holds the channels, set in_channels={channels}"])
+    return _size(ctx, base, side, made, "in_channels", channels, rule, C, channels,
+                 hint=f"set in_channels={channels}, or make the previous layer output {C} channels")
 
 
 def _insert(shape: list, at: int, size: int) -> list:
     out = list(shape)
     out.insert(at if at >= 0 else len(out) + 1 + at, size)
     return out
-
-
-def _cat_fix(ctx, x, axis: int, want: int):
-    """``(op record, its dim, fix)`` when ``x`` is a ``torch.cat`` of the user's code that, joined
-    along ``axis`` instead, would have ``want`` there."""
-    record = ctx.producer_op(x)
-    if record is None or record.op not in ("cat", "concat", "concatenate") or len(record.inputs) < 2:
-        return None
-    shapes = [i.shape for i in record.inputs]
-    if any(len(s) != len(shapes[0]) for s in shapes):
-        return None
-    dim = record.args.get("1", record.args.get("dim", 0))
-    if not isinstance(dim, int) or dim % len(shapes[0]) == axis:
-        return None
-    others = [k for k in range(len(shapes[0])) if k != axis]
-    if any(s[k] != shapes[0][k] for s in shapes for k in others) or sum(s[axis] for s in shapes) != want:
-        return None
-    site = {"file": getattr(record, "file", None), "line": getattr(record, "line", None), "op": record.op}
-    fix = FixStep("replace-op", record.source or "", f"{record.op}(…, dim={axis})", {**site, "dim": axis})
-    return record, dim, fix
 
 
 def formula(module, x) -> Optional[Diagnosis]:
@@ -251,30 +226,21 @@ def shape_layer(ctx) -> Optional[Diagnosis]:
 # -- norms ------------------------------------------------------------------------------------------
 def _channel_norm(ctx, x, want: int, attr: str, name: str, rule: str) -> Optional[Diagnosis]:
     """BatchNorm / GroupNorm: channels on dim 1; a layout fix permutes there and back after."""
-    shape, key = _shape(x), ctx.key("input", 0)
-    got = shape[1]
+    shape, got, last = _shape(x), x.shape[1], x.dim() - 1
     base = f"{name} expects C = {attr} = {want} (dim 1), got {got} (input {shape})"
+    side, made = Lay.made(ctx, x)
     axes = Lay.axes_with(shape, want, skip={0, 1})
-    if axes:
-        last = x.dim() - 1
-        axis = last if axes == [last] or (last in axes and _made_features_last(ctx, x)) else None
-        if axis is None:
-            return _ambiguous(ctx, f"C = {attr}", want, shape, axes,
-                              [f"move the channels to dim 1 and back: {_name(ctx)}("
-                               f"{Lay.permute_code('x', Lay.move_axis(x.dim(), axes[-1], 1))})…",
-                               f"set {attr}={got}"])
-        dims = Lay.move_axis(x.dim(), axis, 1)
-        return Diagnosis(
-            f"{base}; {want} sits on the last dim: the input is channels-last (N, …, C) where {name} "
-            f"normalizes dim 1",
-            expected=want, got=got, cause="layout",
-            hint=f"normalize over the channel dim and keep the layout: {_permute_fix(ctx, key, dims, True).code}",
-            fix=_permute_fix(ctx, key, dims, restore=True),
-            alternatives=[f"set {attr}={got} — only if dim 1 really holds the channels"],
-            rule=rule,
-        )
-    return Diagnosis(base, expected=want, got=got, cause="size", hint=f"set {attr}={got}",
-                     fix=_set_arg(ctx, attr, got), rule=rule)
+    if side == "last" or (side is None and axes == [last]):
+        source = f" ({made} puts its features last)" if side else ""
+        return _layout(ctx, f"{base}; the input is channels-last (N, …, C){source} where {name} normalizes dim 1"
+                       + Lay.then_size(shape[last], want, attr), Lay.move_axis(x.dim(), last, 1), rule, want, got,
+                       "normalize over the channel dim",
+                       [] if side else [f"set {attr}={got} — only if dim 1 really holds the channels"], restore=True)
+    if side is None and axes:
+        return Lay.ambiguous(ctx, f"C = {attr}", want, shape, axes,
+                             [f"move the channels to dim 1 and back: {_name(ctx)}("
+                              f"{Lay.permute_code('x', Lay.move_axis(x.dim(), axes[-1], 1))})…", f"set {attr}={got}"])
+    return _size(ctx, base, side, made, attr, got, rule, want, got)
 
 
 def batch_norm(ctx) -> Optional[Diagnosis]:
@@ -316,30 +282,27 @@ def layer_norm(ctx) -> Optional[Diagnosis]:
     want = list(m.normalized_shape)
     if not isinstance(x, torch.Tensor) or _shape(x)[-len(want):] == want:
         return None
-    shape, key = _shape(x), ctx.key("input", 0)
+    shape = _shape(x)
     tail = shape[-len(want):] if x.dim() >= len(want) else shape
     rule = "LayerNorm: input [*, *normalized_shape], normalizes the last len(normalized_shape) dims"
     base = (f"LayerNorm normalizes the last {len(want)} dim(s) and expects them = normalized_shape = {want}, "
             f"got {tail} (input {shape})")
-    if len(want) == 1 and x.dim() >= 2:
-        axes = Lay.axes_with(shape, want[0], skip={0, x.dim() - 1})
-        if axes:
-            axis = Lay.one_axis(axes, prefer=(1,))
-            dims = Lay.move_axis(x.dim(), axis, -1)
-            fix = _permute_fix(ctx, key, dims, restore=True)
-            return Diagnosis(
-                f"{base}; {want[0]} sits on dim {axis}: the input is channels-first (N, C, …) where LayerNorm "
-                f"normalizes the last dim",
-                expected=["*", *want], got=shape, cause="layout",
-                hint=f"normalize over the channel dim and keep the layout: {fix.code}",
-                fix=fix,
-                alternatives=[f"set normalized_shape={tail[0]} — only if the last dim really holds the features",
-                              "or use nn.GroupNorm(1, C) for a norm over (C, H, W)"],
-                rule=rule,
-            )
-    value = tail if len(tail) > 1 else tail[0]
-    return Diagnosis(base, expected=["*", *want], got=shape, cause="size", hint=f"set normalized_shape={value}",
-                     fix=_set_arg(ctx, "normalized_shape", value), rule=rule)
+    side, made = Lay.made(ctx, x) if x.dim() >= 2 else (None, "")
+    if len(want) == 1 and x.dim() >= 2 and side != "last":
+        axes = [1] if side == "first" else Lay.axes_with(shape, want[0], skip={0, x.dim() - 1})
+        axis = Lay.one_axis(axes, prefer=(1,))
+        if axes and axis is None:
+            return Lay.ambiguous(ctx, "normalized_shape", want[0], shape, axes,
+                                 [f"normalize dim {axes[0]}: {_name(ctx)}(x.movedim({axes[0]}, -1)).movedim(-1, {axes[0]})",
+                                  f"set normalized_shape={tail[0]}"])
+        if axis is not None:
+            source = f" ({made} puts its channels on dim 1)" if side else ""
+            caveat = [] if side else [f"set normalized_shape={tail[0]} — only if the last dim really holds the features"]
+            return _layout(ctx, f"{base}; the input is channels-first (N, C, …){source} where LayerNorm normalizes the "
+                           "last dim" + Lay.then_size(shape[axis], want[0], "normalized_shape"),
+                           Lay.move_axis(x.dim(), axis, -1), rule, ["*", *want], shape, "normalize over the channel dim",
+                           caveat + ["or use nn.GroupNorm(1, C) for a norm over (C, H, W)"], restore=True)
+    return _size(ctx, base, side, made, "normalized_shape", tail if len(tail) > 1 else tail[0], rule, ["*", *want], shape)
 
 
 # -- recurrent --------------------------------------------------------------------------------------
@@ -347,7 +310,7 @@ def rnn(ctx) -> Optional[Diagnosis]:
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor):
         return None
-    name, shape, key = type(m).__name__, _shape(x), ctx.key("input", 0)
+    name, shape = type(m).__name__, _shape(x)
     layout = "(N, L, input_size)" if m.batch_first else "(L, N, input_size)"
     rule = f"{name}: input {layout} (batch_first={m.batch_first})"
     if x.dim() not in (2, 3):
@@ -355,42 +318,30 @@ def rnn(ctx) -> Optional[Diagnosis]:
             f"{name} expects a 3-D input {layout} or a 2-D unbatched (L, input_size), got {x.dim()}-D {shape}",
             expected=layout, got=shape, cause="rank", hint="reshape the input to 3-D", rule=rule,
         )
-    if x.shape[-1] != m.input_size:
-        want, got = m.input_size, x.shape[-1]
-        base = f"{name} expects last dim = input_size = {want}, got {got} (input {shape})"
-        axes = Lay.axes_with(shape, want, skip={x.dim() - 1} | ({0} if m.batch_first and x.dim() == 3 else set()))
-        if axes and x.dim() == 3:
-            axis = Lay.one_axis(axes, prefer=(1,))
-            conv_made = _made_channels_first(ctx, x)
-            if m.batch_first and axis == 1:
-                dims = [0, 2, 1]
-            elif not m.batch_first and axis == 1 and conv_made:
-                dims = [2, 0, 1]  # (N, C, L) → (L, N, C)
-            else:
-                dims = None
-            if dims is not None:
-                return Diagnosis(
-                    f"{base}; {want} sits on dim 1: the input is (N, C, L) — channels first, as a conv "
-                    f"outputs — where {name} reads {layout}",
-                    expected=want, got=got, cause="layout",
-                    hint=f"put the features last before {_name(ctx)}: {Lay.permute_code('x', dims)} "
-                         f"→ {Lay.permuted(shape, dims)}",
-                    fix=_permute_fix(ctx, key, dims, restore=False),
-                    alternatives=[f"set input_size={got} — only if the last dim really holds the features"],
-                    rule=rule,
-                )
-            return _ambiguous(ctx, "last dim = input_size", want, shape, axes,
-                              [f"move the feature axis last (x.movedim({axes[0]}, -1)) and check which dim is "
-                               f"the batch (batch_first={m.batch_first})", f"set input_size={got}"])
-        return Diagnosis(
-            base, expected=want, got=got, cause="size",
-            hint=f"set input_size={got}, or project the input to {want} features",
-            fix=_set_arg(ctx, "input_size", got), rule=rule,
-        )
-    return _rnn_hidden(m, x, ctx.arg("hx", 1))
+    if x.shape[-1] == m.input_size:
+        return _rnn_hidden(ctx, m, x, ctx.arg("hx", 1))
+    want, got = m.input_size, x.shape[-1]
+    base = f"{name} expects last dim = input_size = {want}, got {got} (input {shape})"
+    side, made = Lay.made(ctx, x)
+    axes = Lay.axes_with(shape, want, skip={x.dim() - 1} | ({0} if m.batch_first and x.dim() == 3 else set()))
+    if side == "first" or (side is None and axes and x.dim() == 3):
+        axis = 1 if side == "first" else Lay.one_axis(axes, prefer=(1,))
+        dims = None
+        if axis == 1:  # (N, C, L) → (N, L, C), or (L, N, C) only when a conv made it (N first)
+            dims = [0, 2, 1] if m.batch_first else ([2, 0, 1] if side == "first" else None)
+        if dims is None:
+            return Lay.ambiguous(ctx, "last dim = input_size", want, shape, axes,
+                                 [f"move the feature axis last (x.movedim({axes[0]}, -1)) and check which dim is "
+                                  f"the batch (batch_first={m.batch_first})", f"set input_size={got}"])
+        source = f" ({made} puts its channels on dim 1)" if side else ""
+        return _layout(ctx, f"{base}; the input is (N, C, L) — channels first{source} — where {name} reads {layout}"
+                       + Lay.then_size(shape[1], want, "input_size"), dims, rule, want, got, "put the features last",
+                       [] if side else [f"set input_size={got} — only if the last dim really holds the features"])
+    return _size(ctx, base, side, made, "input_size", got, rule, want, got,
+                 hint=f"set input_size={got}, or project the input to {want} features")
 
 
-def _rnn_hidden(m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]:
+def _rnn_hidden(ctx, m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]:
     if hx is None:
         return None
     name = type(m).__name__
@@ -412,14 +363,16 @@ def _rnn_hidden(m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]:
     for (label, want), state in zip(wanted, states):
         if isinstance(state, torch.Tensor) and _shape(state) != want:
             got = _shape(state)
-            swap = "" if sorted(got) != sorted(want) else (
-                " — it looks like batch-first; use h0.transpose(0, 1).contiguous()"
-            )
+            swapped = len(want) == 3 and got == [want[1], want[0], want[2]]
+            swap = " — it looks like batch-first; use h0.transpose(0, 1).contiguous()" if swapped else ""
+            # a GRU's / RNN's h0 is one argument a pre-hook can transpose; an LSTM's sits in a tuple
+            fix = Lay.permute_fix(ctx, ctx.key("hx", 1), [1, 0, 2], restore=False, var=label) \
+                if swapped and isinstance(state, torch.Tensor) and state is hx else None
             return Diagnosis(
                 f"{name} expects {label} of shape [num_layers·D, N, H] = {want}, got {got}"
                 + (" (the batch is dim 1 even with batch_first=True)" if m.batch_first else ""),
-                expected=want, got=got, cause="layout" if swap else "size",
-                hint=f"build {label} as torch.zeros({', '.join(map(str, want))}){swap}",
+                expected=want, got=got, cause="layout" if swapped else "size",
+                hint=f"build {label} as torch.zeros({', '.join(map(str, want))}){swap}", fix=fix,
                 rule=f"{name}: {label} [num_layers·D, N, H], D = {d}, H = {want[-1]}; batch_first never applies to states",
             )
     return None
@@ -432,23 +385,11 @@ def embedding(ctx) -> Optional[Diagnosis]:
         return None
     rule = "Embedding: ids (*) integer in [0, num_embeddings) → (*, embedding_dim)"
     if x.is_floating_point() or x.dtype == torch.bool:
-        integral = x.numel() > 0 and bool(torch.all(x == torch.round(x.float()))) if x.is_floating_point() else True
-        if integral:
-            return Diagnosis(
-                f"Embedding expects integer ids (int64 or int32), got {dtype_name(x.dtype)} holding whole numbers",
-                expected="int64", got=dtype_name(x.dtype), cause="dtype",
-                hint="pass the ids as integers: x.long() (in a spec: dtype: int64 with low/high)",
-                fix=FixStep("cast-input", ctx.path, "x.long()", {"arg": ctx.key("input", 0), "to": "long"}),
-                rule=rule,
-            )
-        return Diagnosis(
-            f"Embedding expects integer ids, got {dtype_name(x.dtype)} values that are not whole numbers "
-            f"(input {_shape(x)}): these look like features, not token ids",
-            expected="int64 ids", got=dtype_name(x.dtype), cause="dtype",
-            hint="an Embedding looks ids up; to map real-valued features use nn.Linear(in_features, "
-                 f"{m.embedding_dim}) instead, or feed the ids rather than their vectors",
-            rule=rule,
-        )
+        found = float_ids(x, FixStep("cast-input", ctx.path, "x.long()", {"arg": ctx.key("input", 0), "to": "long"}),
+                          "Embedding", f"nn.Linear(in_features, {m.embedding_dim})", rule)
+        if found.fix is not None:
+            found.hint += " (in a spec: dtype: int64 with low/high)"
+        return found
     if x.numel() == 0:
         return None
     lo, hi = int(x.min()), int(x.max())

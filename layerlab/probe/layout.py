@@ -6,11 +6,23 @@ RNN, MultiheadAttention: the last) and finds the wrong size there very often got
 in another layout: (N, L, C) from an Embedding where Conv1d wants (N, C, L), NHWC where Conv2d
 wants NCHW. When the wanted size sits on exactly one other axis, moving that axis is the fix;
 changing the layer's size instead makes the model run and compute garbage.
+
+The module that made a tensor settles its layout better than any size does: an Embedding's or a
+Linear's output has its features last, a conv's on dim 1, whatever sizes happen to coincide
+(:func:`features_side`). A rule trusts that first, and reads sizes only for tensors of unknown
+provenance (a model input, or an op that moved axes).
+
+The rules' shared verdicts live here too: the fix that permutes an input (:func:`permute_fix`),
+the ambiguous verdict that offers none (:func:`ambiguous`), and the ``torch.cat`` that joined along
+the wrong dim (:func:`cat_fix`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+from layerlab.probe.context import op_site
+from layerlab.probe.report import Diagnosis, FixStep
 
 #: Module classes whose output puts the features on the last axis: a tensor they made is
 #: (N, …, features), whatever its sizes say.
@@ -22,7 +34,24 @@ FEATURES_LAST = (
 #: ... and on axis 1: (N, C, *spatial).
 CHANNELS_FIRST = ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
                   "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "MaxPool1d", "MaxPool2d", "MaxPool3d",
-                  "AvgPool1d", "AvgPool2d", "AvgPool3d")
+                  "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+                  "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+                  "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Upsample")
+#: Modules whose output has their input's shape and layout (activations, dropout): a tensor they
+#: made has the layout of their input, so provenance is followed through them.
+ELEMENTWISE = ("ReLU", "ReLU6", "LeakyReLU", "PReLU", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU",
+               "Tanh", "Sigmoid", "Hardtanh", "Hardswish", "Hardsigmoid", "Softplus", "Softsign",
+               "Tanhshrink", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Identity")
+
+
+def features_side(class_name: Optional[str], ndim: int) -> Optional[str]:
+    """``"last"`` or ``"first"`` (dim 1): where a tensor made by a ``class_name`` module holds its
+    features; ``None`` when unknown, and for 2-D tensors (there dim 1 *is* the last)."""
+    if class_name is None or ndim < 3:
+        return None
+    if class_name in FEATURES_LAST:
+        return "last"
+    return "first" if class_name in CHANNELS_FIRST else None
 
 
 def axes_with(shape: Sequence[int], size: int, skip: Iterable[int] = ()) -> List[int]:
@@ -71,3 +100,60 @@ def one_axis(candidates: List[int], prefer: Sequence[int] = ()) -> Optional[int]
 def axis_list(axes: Sequence[int]) -> str:
     names = [f"dim {a}" for a in axes]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+# -- what rules build from these --------------------------------------------------------------------
+def permute_fix(ctx, key, dims, restore: bool, var: str = "x") -> FixStep:
+    """Permute the argument ``key`` of the failing module by ``dims`` (and the output back, for
+    layers that keep their input's layout: ``restore``)."""
+    code = permute_code(var, dims)
+    if restore:
+        code = f"{(ctx.path or '(root)')}({code}){permute_code('', inverse(dims))}"
+    return FixStep("permute-input", ctx.path, code,
+                   {"arg": key, "dims": list(dims), "restore": inverse(dims) if restore else None})
+
+
+def made(ctx, x) -> Tuple[Optional[str], str]:
+    """``(side, "emb (Embedding)")``: where the module that made ``x`` puts its features (``"last"``,
+    ``"first"`` or ``None`` when unknown, see :func:`features_side`)."""
+    call = ctx.producer(x)
+    if call is None:
+        return None, ""
+    return features_side(call.class_name, x.dim()), f"{call.label} ({call.class_name})"
+
+
+def ambiguous(ctx, what: str, want: int, shape: list, axes: list, options: list) -> Diagnosis:
+    """The wanted size sits on several axes and nothing says which: options, and no fix."""
+    return Diagnosis(
+        f"{type(ctx.module).__name__} expects {what} = {want}, and {want} sits on {axis_list(axes)} "
+        f"of the input {shape}: layerlab cannot tell which axis holds the features",
+        expected=want, got=shape, cause="ambiguous",
+        hint=options[0] + " — or " + options[1] if len(options) > 1 else options[0],
+        alternatives=options[1:],
+        rule=f"{type(ctx.module).__name__}: features on one axis; the other axes are batch/positions",
+    )
+
+
+def then_size(size: int, want: int, attr: str) -> str:
+    """What a layout fix leaves to change: the layer's size, when the moved axis is not ``want``."""
+    return "" if size == want else f"; after that {attr} must be {size}"
+
+
+def cat_fix(ctx, x, axis: int, want: int):
+    """``(op record, its dim, fix)`` when ``x`` is a ``torch.cat`` of the user's code that, joined
+    along ``axis`` instead, would have ``want`` there (two conv branches joined along time where the
+    next conv wants their channels)."""
+    record = ctx.producer_op(x)
+    if record is None or record.op not in ("cat", "concat", "concatenate") or len(record.inputs) < 2:
+        return None
+    shapes = [i.shape for i in record.inputs]
+    if any(len(s) != len(shapes[0]) for s in shapes):
+        return None
+    dim = record.args.get("1", record.args.get("dim", 0))
+    if not isinstance(dim, int) or dim % len(shapes[0]) == axis:
+        return None
+    others = [k for k in range(len(shapes[0])) if k != axis]
+    if any(s[k] != shapes[0][k] for s in shapes for k in others) or sum(s[axis] for s in shapes) != want:
+        return None
+    fix = FixStep("replace-op", record.source or "", f"{record.op}(…, dim={axis})", op_site(record, dim=axis))
+    return record, dim, fix

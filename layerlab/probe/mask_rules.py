@@ -10,6 +10,9 @@ The two conventions are opposite, and integer 0/1 masks (Hugging Face's ``attent
 So the fix for an integer mask depends on what its 1s mean. :func:`keeps` reads it from the data:
 a padding or causal mask of real sequences keeps most positions, so mostly-ones means
 "1 = keep". The diagnosis says which reading it took.
+
+:func:`mha` is the rule of the module; :func:`masked_fill` and :func:`sdpa` are rules of ops of the
+user's code (dispatched by :mod:`layerlab.probe.op_rules`), whose fixes replace that one call.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from layerlab.probe.context import op_at, op_site
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -43,20 +47,20 @@ def integer_mask_fix(mask: torch.Tensor, convention: str) -> Tuple[str, str, str
     return "bool", "mask.bool()", reading
 
 
-def mask_dtype(mask, label: str, convention: str, where: str, arg, api: str) -> Optional[Diagnosis]:
-    """An integer mask passed where bool or float is wanted."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype == torch.bool or mask.is_floating_point():
+def mask_dtype(mask, label: str, convention: str, where: str, arg, api: str, floats: bool = True) -> Optional[Diagnosis]:
+    """An integer mask passed where bool (or, for attention, ``floats``: an additive float) is wanted."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype == torch.bool or (floats and mask.is_floating_point()):
         return None
     to, code, reading = integer_mask_fix(mask, convention)
     other = "mask.bool()" if to == "eq0" else "mask == 0"
+    additive = " or a float mask (added to the scores)" if floats else ""
     return Diagnosis(
-        f"{label} is {dtype_name(mask.dtype)}; {api} takes a bool mask ({convention}) or a float mask "
-        f"(added to the scores); {reading}",
-        expected="bool or float", got=dtype_name(mask.dtype), cause="mask-dtype",
+        f"{label} is {dtype_name(mask.dtype)}; {api} takes a bool mask ({convention}){additive}; {reading}",
+        expected="bool or float" if floats else "bool", got=dtype_name(mask.dtype), cause="mask-dtype",
         hint=f"pass {label.split()[0]}={code} (bool, {convention})",
         fix=FixStep("cast-input", where, code, {"arg": arg, "to": to}),
         alternatives=[f"{other} if the 1s mark positions to {'hide' if to == 'eq0' else 'keep'}"],
-        rule=f"{api}: bool mask {convention}; float mask added to the attention scores",
+        rule=f"{api}: bool mask {convention}" + ("; float mask added to the attention scores" if floats else ""),
     )
 
 
@@ -135,4 +139,54 @@ def _batch_first(ctx, m, why: str, rule: str) -> Diagnosis:
         hint=f"construct it with batch_first={want} (the output then has the inputs' layout too)",
         fix=FixStep("set-attr", ctx.path, f"batch_first={want}", {"name": "batch_first", "value": want}),
         rule=rule,
+    )
+
+
+# -- ops of the user's code -------------------------------------------------------------------------
+def _replace(found: Optional[Diagnosis], record, arg) -> Optional[Diagnosis]:
+    """The module-style cast fix of :func:`mask_dtype` as a fix of that one op call."""
+    if found is not None and found.fix is not None:
+        found.fix = FixStep("replace-op", record.source or "", found.fix.code,
+                            op_site(record, arg=arg, to=found.fix.params["to"]))
+    return found
+
+
+def masked_fill(ctx, failed) -> Optional[Diagnosis]:
+    if "boolean" not in str(failed.exc):
+        return None
+    mask = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("mask")
+    record = failed.record
+    found = _replace(mask_dtype(mask, "mask", TRUE_IGNORES, record.source or "", 1,
+                                f"{record.op} (fills where the mask is True)", floats=False), record, 1)
+    if found is not None and found.fix is not None:
+        found.hint = found.hint.replace("pass mask=", "pass ").replace(" (bool,", f"{op_at(record)} (bool,", 1)
+    return found
+
+
+def sdpa(ctx, failed) -> Optional[Diagnosis]:
+    mask = failed.kwargs.get("attn_mask", failed.args[3] if len(failed.args) > 3 else None)
+    record = failed.record
+    if not isinstance(mask, torch.Tensor):
+        return None
+    arg = "attn_mask" if "attn_mask" in failed.kwargs else 3
+    found = _replace(mask_dtype(mask, "attn_mask", TRUE_ATTENDS, record.source or "", arg,
+                                "F.scaled_dot_product_attention"), record, arg)
+    if found is not None:
+        found.alternatives.append("careful: nn.MultiheadAttention's bool masks mean the opposite (True = ignore)")
+        return found
+    q, k = failed.args[0], failed.args[1]
+    want = [*q.shape[:-2], q.shape[-2], k.shape[-2]]
+    try:
+        torch.broadcast_shapes(tuple(mask.shape), tuple(want))
+        return None  # the mask fits: the failure is about something else
+    except RuntimeError:
+        pass
+    padding = mask.dim() == 2 and q.dim() == 4 and list(mask.shape) == [q.shape[0], k.shape[-2]]
+    return Diagnosis(
+        f"attn_mask {list(mask.shape)} does not broadcast to the scores (N, …, L, S) = {want}"
+        + ("; it is (N, S): a padding mask" if padding else ""),
+        expected=want, got=list(mask.shape), cause="mask-shape",
+        hint=f"build it as (L, S) = {[q.shape[-2], k.shape[-2]]} or (N, 1, L, S); a padding mask (N, S) "
+             "needs mask[:, None, None, :]",
+        rule="F.scaled_dot_product_attention: attn_mask broadcasts to (N, heads, L, S); bool True = take part",
     )

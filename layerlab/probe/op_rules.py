@@ -1,5 +1,6 @@
 """Why an op of the user's own code raised: view/reshape, cat/stack, broadcasting arithmetic,
-matmul/bmm/einsum, attention masks, out-of-range indices.
+matmul/bmm/einsum, operands of mixed dtypes, float or out-of-range indices, and attention masks
+(whose rules live in :mod:`layerlab.probe.mask_rules`; :func:`diagnose_op` dispatches to them).
 
 Each rule reads the failing op's *live* arguments (kept by the op trace while the failure is
 diagnosed), says what clashed with the shapes aligned, where the offending tensor came from, and —
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
-from layerlab.probe.context import op_text
+from layerlab.probe.context import op_at as _at, op_site as _site, op_tensors, op_text
 from layerlab.probe.hooks import dtype_name
-from layerlab.probe.mask_rules import TRUE_ATTENDS, TRUE_IGNORES, mask_dtype
+from layerlab.probe.mask_rules import masked_fill, sdpa
 from layerlab.probe.report import Diagnosis, FixStep
 
 _BROADCAST = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "pow", "where",
@@ -28,29 +29,6 @@ _BROADCAST = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remain
 _MATMUL = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm", "F.linear"}
 _INDEX = {"gather", "index_select", "__getitem__", "take_along_dim", "F.embedding", "index_add", "scatter",
           "scatter_add", "scatter_", "index_put_"}
-
-
-def _site(record, **params) -> Dict[str, Any]:
-    return {"file": getattr(record, "file", None), "line": getattr(record, "line", None), "op": record.op, **params}
-
-
-def _at(record) -> str:
-    return f" at {record.source}" if record.source else ""
-
-
-def _tensor_args(failed) -> List[torch.Tensor]:
-    out = []
-    for a in (*failed.args, *failed.kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(v for v in a if isinstance(v, torch.Tensor))
-    return out
-
-
-def _origins(ctx, named) -> str:
-    texts = [ctx.origin(name, t).text for name, t in named]
-    return "; ".join(texts)
 
 
 # -- view / reshape ---------------------------------------------------------------------------------
@@ -145,7 +123,7 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
             f"stack needs tensors of one shape; tensors[0] is {shapes[0]} and tensors[{bad}] is {shapes[bad]}",
             expected=shapes[0], got=shapes[bad], cause="size",
             hint="make them the same shape, or use torch.cat to join along an existing dim of different sizes",
-            rule="stack: every tensor the same shape; a new dim is added", alternatives=[_origins(ctx, named)],
+            rule="stack: every tensor the same shape; a new dim is added", alternatives=[ctx.origins(named)],
         )
     if len({len(s) for s in shapes}) != 1:
         return Diagnosis(
@@ -158,7 +136,7 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
     works = [d for d in range(r) if all(len({s[k] for s in shapes}) == 1 for k in range(r) if k != d)]
     where = ", ".join(f"dim {k}: {[s[k] for s in shapes]}" for k in clash)
     base = (f"cat(dim={dim}) needs every other dim equal, but {where} (shapes {shapes}); "
-            + _origins(ctx, named))
+            + ctx.origins(named))
     if works:
         d = works[0]
         out = list(shapes[0])
@@ -176,7 +154,7 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
 
 # -- broadcasting -----------------------------------------------------------------------------------
 def broadcast(ctx, failed) -> Optional[Diagnosis]:
-    tensors = [t for t in _tensor_args(failed) if t.dim() > 0]
+    tensors = [t for t in op_tensors(failed) if t.dim() > 0]
     if len(tensors) < 2 or "size" not in str(failed.exc):
         return None
     a, b = tensors[0], tensors[1]
@@ -191,8 +169,9 @@ def broadcast(ctx, failed) -> Optional[Diagnosis]:
     dims = ", ".join(f"dim {k - r}: {pa[k]} vs {pb[k]}" for k in clash)
     named = [("a", a), ("b", b)]
     message = (f"`{op_text(record)}`{_at(record)} broadcasts a {list(a.shape)} with b {list(b.shape)}: "
-               f"sizes must be equal or 1 from the right, but {dims}; " + _origins(ctx, named))
+               f"sizes must be equal or 1 from the right, but {dims}; " + ctx.origins(named))
     fix, hint = _branch_width_fix(ctx, a, b, clash[-1] - r)
+    hint = hint or _slice_hint(ctx, a, b, clash[-1] - r)
     if sorted(a.shape) == sorted(b.shape) and a.dim() == b.dim() and fix is None:
         hint = "the operands hold the same sizes in another order: one of them is transposed — permute it to match"
     return Diagnosis(
@@ -205,6 +184,17 @@ def broadcast(ctx, failed) -> Optional[Diagnosis]:
 
 def _aligned(shape) -> str:
     return "(" + ", ".join("·" if s is None else str(s) for s in shape) + ")"
+
+
+def _slice_hint(ctx, a, b, dim: int) -> Optional[str]:
+    """A parameter or buffer longer than the input on ``dim`` (a position table of max_len added
+    to a shorter sequence): slice it. A hint only — which part to take is the model's choice."""
+    for table, other in ((b, a), (a, b)):
+        owner = ctx.owner(table)
+        if owner is not None and table.dim() >= -dim and other.dim() >= -dim and table.shape[dim] > other.shape[dim]:
+            index, attr = ", ".join([":"] * (table.dim() + dim) + [f":{other.shape[dim]}"]), owner.split("`")[1]
+            return f"{owner} is longer than the input on dim {dim}: slice it, e.g. self.{attr.split('.')[-1]}[{index}]"
+    return None
 
 
 def _branch_width_fix(ctx, a, b, dim: int):
@@ -232,7 +222,7 @@ def _branch_width_fix(ctx, a, b, dim: int):
 
 # -- matmul -----------------------------------------------------------------------------------------
 def matmul(ctx, failed) -> Optional[Diagnosis]:
-    tensors = [t for t in _tensor_args(failed)]
+    tensors = op_tensors(failed)
     record = failed.record
     if record.op in ("baddbmm", "addmm"):
         tensors = tensors[1:]
@@ -260,7 +250,7 @@ def matmul(ctx, failed) -> Optional[Diagnosis]:
         return _batch_dims(ctx, record, a, b)
     named = [("a", a), ("b", b)]
     base = (f"`{op_text(record)}`{_at(record)} multiplies a {list(a.shape)} by b {list(b.shape)}: "
-            f"a's last dim ({k}) must equal b's second-to-last ({k2}); " + _origins(ctx, named))
+            f"a's last dim ({k}) must equal b's second-to-last ({k2}); " + ctx.origins(named))
     rule = "matmul: (…, n, k) @ (…, k, m) → (…, n, m)"
     if b.shape[-1] == k:
         return Diagnosis(
@@ -285,7 +275,7 @@ def _batch_dims(ctx, record, a, b) -> Optional[Diagnosis]:
         return None
     return Diagnosis(
         f"`{op_text(record)}`{_at(record)}: the batch dims {list(a.shape[:-2])} and {list(b.shape[:-2])} "
-        f"do not match (inner dims are fine); " + _origins(ctx, [("a", a), ("b", b)]),
+        f"do not match (inner dims are fine); " + ctx.origins([("a", a), ("b", b)]),
         expected=list(a.shape[:-2]), got=list(b.shape[:-2]), cause="broadcast",
         hint="bmm needs equal batch sizes; matmul broadcasts them (sizes equal or 1)",
         rule="matmul: batch dims broadcast; bmm: (B, n, k) @ (B, k, m)",
@@ -294,7 +284,7 @@ def _batch_dims(ctx, record, a, b) -> Optional[Diagnosis]:
 
 def einsum(ctx, failed) -> Optional[Diagnosis]:
     eq = failed.args[0] if failed.args and isinstance(failed.args[0], str) else None
-    tensors = _tensor_args(failed)
+    tensors = op_tensors(failed)
     if eq is None or "->" not in eq and "," not in eq:
         return None
     terms = eq.split("->")[0].replace(" ", "").split(",")
@@ -318,58 +308,20 @@ def einsum(ctx, failed) -> Optional[Diagnosis]:
     )
 
 
-# -- masks, indices, dtypes -------------------------------------------------------------------------
-def masked_fill(ctx, failed) -> Optional[Diagnosis]:
-    if "boolean" not in str(failed.exc):
-        return None
-    mask = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("mask")
-    record = failed.record
-    found = mask_dtype(mask, "mask", TRUE_IGNORES, record.source or "", 1, f"{record.op} (fills where the mask is True)")
-    if found is not None and found.fix is not None:
-        found.fix = FixStep("replace-op", record.source or "", found.fix.code, _site(record, arg=1, to=found.fix.params["to"]))
-        found.hint = found.hint.replace("pass mask=", f"pass{_at(record)} ")
-    return found
-
-
-def sdpa(ctx, failed) -> Optional[Diagnosis]:
-    mask = failed.kwargs.get("attn_mask", failed.args[3] if len(failed.args) > 3 else None)
-    record = failed.record
-    if not isinstance(mask, torch.Tensor):
-        return None
-    arg = "attn_mask" if "attn_mask" in failed.kwargs else 3
-    found = mask_dtype(mask, "attn_mask", TRUE_ATTENDS, record.source or "", arg, "F.scaled_dot_product_attention")
-    if found is not None:
-        found.fix = FixStep("replace-op", record.source or "", found.fix.code, _site(record, arg=arg, to=found.fix.params["to"]))
-        found.alternatives.append("careful: nn.MultiheadAttention's bool masks mean the opposite (True = ignore)")
-        return found
-    q, k = failed.args[0], failed.args[1]
-    want = [*q.shape[:-2], q.shape[-2], k.shape[-2]]
-    return Diagnosis(
-        f"attn_mask {list(mask.shape)} does not broadcast to the scores (N, …, L, S) = {want}",
-        expected=want, got=list(mask.shape), cause="mask-shape",
-        hint=f"build it as (L, S) = {[q.shape[-2], k.shape[-2]]} or (N, 1, L, S); a padding mask (N, S) "
-             "needs mask[:, None, None, :]",
-        rule="F.scaled_dot_product_attention: attn_mask broadcasts to (N, heads, L, S); bool True = take part",
-    )
-
-
+# -- indices, dtypes ---------------------------------------------------------------------------------
 def index(ctx, failed) -> Optional[Diagnosis]:
     message = str(failed.exc)
-    if "out of" not in message and "index" not in message:
-        return None
     record = failed.record
-    tensors = _tensor_args(failed)
+    tensors = op_tensors(failed)
     src = tensors[0] if tensors else None
     ids = next((t for t in tensors[1:] if not t.is_floating_point() and t.dtype != torch.bool), None)
-    if record.op == "F.embedding":
+    if record.op == "F.embedding" and tensors:
         ids, src = tensors[0], tensors[1] if len(tensors) > 1 else None
-        if ids.is_floating_point():
-            return Diagnosis(
-                f"F.embedding{_at(record)} takes integer ids, got {dtype_name(ids.dtype)}", expected="int64",
-                got=dtype_name(ids.dtype), cause="dtype", hint="pass ids.long()",
-                fix=FixStep("replace-op", record.source or "", "ids.long()", _site(record, arg=0, to="long")),
-                rule="embedding: ids integer in [0, num_embeddings)",
-            )
+        if ids.is_floating_point() or ids.dtype == torch.bool:  # torch says "indices", not "index"
+            fix = FixStep("replace-op", record.source or "", "ids.long()", _site(record, arg=0, to="long"))
+            return float_ids(ids, fix, f"F.embedding{_at(record)}", "F.linear", "embedding: ids integer in [0, rows)")
+    if "out of" not in message and "index" not in message:
+        return None
     m = re.search(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)", message)
     if ids is not None and ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
@@ -378,7 +330,7 @@ def index(ctx, failed) -> Optional[Diagnosis]:
         limit = f" (valid 0..{dim_size - 1})" if dim_size is not None else ""
         return Diagnosis(
             f"`{op_text(record)}`{_at(record)}: the indices span {lo}..{hi}{limit}; "
-            + _origins(ctx, [("index", ids)]),
+            + ctx.origins([("index", ids)]),
             expected=f"0 ≤ index < {dim_size}" if dim_size is not None else "indices within the dim",
             got=f"{lo}..{hi}", cause="index-range",
             hint="an off-by-one (ids counted from 1), a vocabulary or class count set too small, or padding "
@@ -395,8 +347,59 @@ def index(ctx, failed) -> Optional[Diagnosis]:
     return None
 
 
+def float_ids(x: torch.Tensor, fix: FixStep, api: str, linear: str, rule: str) -> Diagnosis:
+    """Float (or bool) ids for an embedding lookup: cast them when they are whole numbers; when
+    they are not, they are features, and a cast would look up garbage."""
+    whole = x.numel() > 0 and bool(torch.all(x == torch.round(x.float()))) if x.is_floating_point() else True
+    if whole:
+        return Diagnosis(
+            f"{api} expects integer ids (int64 or int32), got {dtype_name(x.dtype)} holding whole numbers",
+            expected="int64", got=dtype_name(x.dtype), cause="dtype",
+            hint=f"pass the ids as integers: {fix.code}", fix=fix, rule=rule,
+        )
+    return Diagnosis(
+        f"{api} expects integer ids, got {dtype_name(x.dtype)} values that are not whole numbers "
+        f"(input {list(x.shape)}): these look like features, not token ids",
+        expected="int64 ids", got=dtype_name(x.dtype), cause="dtype",
+        hint=f"an embedding looks ids up; to map real-valued features use {linear} instead, or feed the ids "
+             "rather than their vectors",
+        rule=rule,
+    )
+
+
+def dtypes(ctx, failed) -> Optional[Diagnosis]:
+    """Floating operands of different dtypes (float64 from numpy meets float32 weights). The
+    parameters, and what the model's layers made, set the dtype; the odd operand is converted."""
+    if "type" not in str(failed.exc):  # torch: "same dtype", "scalar type Float", "Input type (double)"
+        return None
+    named = [(i, t) for i, t in enumerate(failed.args) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if len({t.dtype for _, t in named}) < 2:
+        return None
+    record, labels = failed.record, {i: chr(ord("a") + i) for i, _ in named}  # a, b as the matmul rule names them
+    model = {t.dtype for _, t in named if isinstance(t, torch.nn.Parameter) or ctx.made_by(t)[1] is not None}
+    odd = [(i, t) for i, t in named if len(model) == 1 and t.dtype not in model]
+    message = (f"`{op_text(record)}`{_at(record)} mixes dtypes: "
+               + ", ".join(f"{labels[i]} {list(t.shape)} {dtype_name(t.dtype)}" for i, t in named)
+               + "; " + ctx.origins([(labels[i], t) for i, t in named]))
+    rule = "an op's floating operands must share one dtype (outside autocast; +, * promote, matmul does not)"
+    if len(odd) != 1:  # no parameter or layer output says which dtype the model computes in
+        return Diagnosis(message, expected="one dtype", got=[dtype_name(t.dtype) for _, t in named], cause="dtype",
+                         hint="convert the operands to one dtype (.to(torch.float32)), or the model with .to(dtype)", rule=rule)
+    (i, t), want = odd[0], dtype_name(next(iter(model)))
+    code = f"{labels[i]}.to(torch.{want})"
+    return Diagnosis(
+        message, expected=want, got=dtype_name(t.dtype), cause="dtype",
+        hint=f"convert {labels[i]} to the parameters' dtype{_at(record)}: {code} (or the model with "
+             f".to(torch.{dtype_name(t.dtype)}))",
+        fix=FixStep("replace-op", record.source or "", code, _site(record, arg=i, to=want)), rule=rule,
+    )
+
+
 def diagnose_op(ctx, failed) -> Optional[Diagnosis]:
     """The rule for the op that raised (``None`` when none applies)."""
+    found = dtypes(ctx, failed)
+    if found is not None:
+        return found
     name = failed.record.op.lstrip("_").rstrip("_") if failed.record.op.startswith("__") else failed.record.op
     op = failed.record.op
     if op in ("view", "reshape", "view_as"):

@@ -12,8 +12,9 @@ shadows the function on the package.)
 The report keeps shapes, dtypes, devices, ``grad_fn`` and small statistics of every module
 call's inputs and outputs, gradient norms after a backward pass, formula checks for conv/pool-type
 layers and, when the forward or backward raises, the failing call with an explanation. It never
-keeps the activations. Hooks are removed and every submodule's train/eval flag restored on the
-way out, also when the model raises.
+keeps the activations. Hooks are removed, every submodule's train/eval flag restored and every
+buffer (BatchNorm's running statistics) put back on the way out, also when the model raises. A
+failure is re-run on copies of the model (see :mod:`layerlab.probe.verify_fix`), never on it.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def inspect(
     fwd_kwargs = {**(forward_kwargs or {}), **kwargs}
     named_modules = list(module.named_modules())
     flags = [(m, m.training) for _, m in named_modules]
+    # a train-mode forward updates BatchNorm's running statistics: put them back on the way out,
+    # so that inspecting a model leaves it as it was (buffers are small next to the activations)
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
     recorder = Recorder(module, stats=stats, grads=backward)
     trace = None
     if ops:
@@ -125,6 +129,10 @@ def inspect(
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: only where it changed
                 m.training = flag
+        with torch.no_grad():
+            for b, saved in buffers:
+                if b.shape == saved.shape:
+                    b.copy_(saved)
     if raised is not None and failure.call is not None:
         start = time.perf_counter()
         _explain(failure, raised, recorder, trace, module, inputs, fwd_kwargs, seed, mode, fix,
