@@ -179,9 +179,14 @@ class FixedModel(nn.Module):
         from layerlab.probe.hooks import Recorder
         from layerlab.probe.ops import OpTrace
 
-        recorder = Recorder(self.model, stats=False, grads=False)
-        with OpTrace(recorder, substitutions=self.substitutions):
-            return self.model(*args, **kwargs)
+        recorder = Recorder(self.model, stats=False, grads=False)  # installed: it tells the trace which
+        trace = recorder.trace = OpTrace(recorder, substitutions=self.substitutions)  # ops are torch.nn's own
+        recorder.install()
+        try:
+            with trace:
+                return self.model(*args, **kwargs)
+        finally:
+            recorder.remove()
 
 
 def apply_step(fixed: FixedModel, step: FixStep) -> None:

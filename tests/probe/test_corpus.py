@@ -26,12 +26,7 @@ BY_NAME = {c.name: c for c in CASES}
 
 #: ``(test, case name) → reason`` for a right answer that needs a change outside the rule modules
 #: (strict xfail: when the change lands, the entry must go).
-KNOWN: Dict[tuple, str] = {
-    ("hand", "f_linear_weight_stored_in_out_next_to_a_linear"):
-        "FixedModel.forward runs the OpTrace with a Recorder it never installs, so ops inside torch.nn "
-        "modules are not skipped: the F.linear substitution at that line also hits nn.Linear's own F.linear "
-        "(verification, whose recorder is installed, says runs; the FixedModel raises)",
-}
+KNOWN: Dict[tuple, str] = {}
 
 
 def cases(test: str, where=lambda c: True) -> List[Any]:
