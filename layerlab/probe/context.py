@@ -153,14 +153,10 @@ def op_text(record: OpRecord) -> str:
 
 
 def op_tensors(failed) -> List[torch.Tensor]:
-    """The tensor arguments of a failed op (``FailedOp``), lists and tuples opened one level."""
-    out = []
-    for a in (*failed.args, *failed.kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(v for v in a if isinstance(v, torch.Tensor))
-    return out
+    """The tensor arguments of a failed op (``FailedOp``), in the order of its record's operands."""
+    from layerlab.probe.ops import tensor_operands
+
+    return [t for _, t in tensor_operands(failed.args, failed.kwargs)]
 
 
 def op_site(record: OpRecord, **params) -> dict:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import inspect as pyinspect
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -47,8 +47,7 @@ def _convert(value: Any, to: str) -> Any:
     return value.to(getattr(torch, to))
 
 
-def _change_input(params: Dict[str, Any]) -> Callable[[Any], Any]:
-    kind = params.get("kind")
+def _change_input(kind: str, params: Dict[str, Any]) -> Callable[[Any], Any]:
     if kind == "permute-input":
         dims = params["dims"]
         return lambda x: x.permute(*dims)
@@ -171,22 +170,14 @@ class FixedModel(nn.Module):
         super().__init__()
         self.model = model
         self.substitutions = substitutions
-        self.handles: List[Any] = []
 
     def forward(self, *args, **kwargs):
         if not self.substitutions:
             return self.model(*args, **kwargs)
-        from layerlab.probe.hooks import Recorder
-        from layerlab.probe.ops import OpTrace
+        from layerlab.probe.ops import tracing
 
-        recorder = Recorder(self.model, stats=False, grads=False)  # installed: it tells the trace which
-        trace = recorder.trace = OpTrace(recorder, substitutions=self.substitutions)  # ops are torch.nn's own
-        recorder.install()
-        try:
-            with trace:
-                return self.model(*args, **kwargs)
-        finally:
-            recorder.remove()
+        with tracing(self.model, self.substitutions):
+            return self.model(*args, **kwargs)
 
 
 def apply_step(fixed: FixedModel, step: FixStep) -> None:
@@ -202,10 +193,9 @@ def apply_step(fixed: FixedModel, step: FixStep) -> None:
     except AttributeError as exc:
         raise FixError(f"no module {step.where!r} in the copy") from exc
     if step.kind in ("permute-input", "reshape-input", "cast-input"):
-        change = _change_input({**p, "kind": step.kind})
-        fixed.handles.append(target.register_forward_pre_hook(_pre_hook(p["arg"], change), with_kwargs=True))
+        target.register_forward_pre_hook(_pre_hook(p["arg"], _change_input(step.kind, p)), with_kwargs=True)
         if p.get("restore"):
-            fixed.handles.append(target.register_forward_hook(_restore_hook(p["restore"])))
+            target.register_forward_hook(_restore_hook(p["restore"]))
     elif step.kind == "set-attr":
         setattr(target, p["name"], p["value"])
     elif step.kind == "set-arg":

@@ -23,6 +23,7 @@ look at them. ``substitutions`` lets a verified fix replace one op at one source
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import re
@@ -34,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.overrides import TorchFunctionMode
 
-from layerlab.probe.hooks import _plain_value, dtype_name
+from layerlab.probe.hooks import Recorder, _plain_value, _version, dtype_name
 from layerlab.probe.report import OpRecord, Operand
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -111,6 +112,17 @@ def _tensor_leaves(value: Any, name: str, out: list, depth: int = 0) -> None:
             _tensor_leaves(v, f"{name}[{i}]", out, depth + 1)
 
 
+def tensor_operands(args: tuple, kwargs: dict) -> List[Tuple[str, torch.Tensor]]:
+    """``[(name, tensor)]`` for the tensor arguments of one op call (lists opened two levels):
+    ``0``, ``0[1]`` (``torch.cat([a, b])``), ``mask`` for a keyword."""
+    leaves: list = []
+    for i, a in enumerate(args):
+        _tensor_leaves(a, str(i), leaves)
+    for k, a in kwargs.items():
+        _tensor_leaves(a, k, leaves)
+    return leaves
+
+
 def _outputs(value: Any) -> List[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -184,19 +196,9 @@ class OpTrace(TorchFunctionMode):
     def _record(self, name, call, args, kwargs, file, line, outs) -> OpRecord:
         rec = self.recorder
         record = OpRecord(index=len(self.records), op=name, call=call, after_call=len(rec.calls))
-        leaves: list = []
-        plain: Dict[str, Any] = {}
-        for i, a in enumerate(args):
-            if isinstance(a, (torch.Tensor, list, tuple)):
-                _tensor_leaves(a, str(i), leaves)
-            if not isinstance(a, torch.Tensor) and not _holds_tensor(a):
-                plain[str(i)] = _plain_value(a)
-        for k, a in kwargs.items():
-            _tensor_leaves(a, k, leaves)
-            if not isinstance(a, torch.Tensor) and not _holds_tensor(a):
-                plain[k] = _plain_value(a)
-        record.inputs = [self._operand(n, t) for n, t in leaves]
-        record.args = plain
+        named = [*((str(i), a) for i, a in enumerate(args)), *kwargs.items()]
+        record.inputs = [self._operand(n, t) for n, t in tensor_operands(args, kwargs)]
+        record.args = {n: _plain_value(a) for n, a in named if not isinstance(a, torch.Tensor) and not _holds_tensor(a)}
         record.outputs = [list(o.shape) for o in outs]
         record.out_dtypes = [dtype_name(o.dtype) for o in outs]
         record.contiguous = [_contiguous(o) for o in outs]
@@ -253,8 +255,16 @@ def _contiguous(t: torch.Tensor) -> bool:
         return True
 
 
-def _version(t: torch.Tensor) -> int:
+@contextlib.contextmanager
+def tracing(model: torch.nn.Module, substitutions: Optional[Substitutions] = None):
+    """Module hooks without statistics plus the op trace around a forward of ``model`` (a copy
+    being replayed or fixed): yields ``(recorder, trace)``; the hooks are removed on the way out.
+    The recorder must be installed: it is what tells the trace which ops are torch.nn's own."""
+    recorder = Recorder(model, stats=False, grads=False)
+    trace = recorder.trace = OpTrace(recorder, substitutions=substitutions)
+    recorder.install()
     try:
-        return t._version
-    except RuntimeError:
-        return -1
+        with trace:
+            yield recorder, trace
+    finally:
+        recorder.remove()

@@ -89,7 +89,7 @@ def inspect(
     flags = [(m, m.training) for _, m in named_modules]
     # a train-mode forward updates BatchNorm's running statistics: put them back on the way out,
     # so that inspecting a model leaves it as it was (buffers are small next to the activations)
-    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    buffers = [(b, b._version, b.detach().clone()) for b in module.buffers() if not b.is_inference()]
     recorder = Recorder(module, stats=stats, grads=backward)
     trace = None
     if ops:
@@ -115,8 +115,9 @@ def inspect(
             except ProbeBug as bug:
                 raise bug.original from None
             except Exception as exc:  # the model raised: that is a finding, not an error of ours
-                raised = _capture(recorder, exc)
                 failure = _forward_failure(recorder, exc)
+                if failure.call is not None:  # its live arguments, kept before the hooks are removed
+                    raised = exc, failure.call, recorder.live.get(failure.call, ((), {}))
                 output = None
             timing["forward_s"] = time.perf_counter() - start
             if backward and failure is None:
@@ -130,10 +131,10 @@ def inspect(
             if m.training is not flag:  # nn.Module.__setattr__ is slow: only where it changed
                 m.training = flag
         with torch.no_grad():
-            for b, saved in buffers:
-                if b.shape == saved.shape:
+            for b, version, saved in buffers:
+                if b._version != version and b.shape == saved.shape:  # only what the run wrote to
                     b.copy_(saved)
-    if raised is not None and failure.call is not None:
+    if raised is not None:
         start = time.perf_counter()
         _explain(failure, raised, recorder, trace, module, inputs, fwd_kwargs, seed, mode, fix,
                  timing["forward_s"])
@@ -199,15 +200,6 @@ def _forward_failure(recorder, exc: BaseException):
     return failure
 
 
-def _capture(recorder, exc: BaseException):
-    """What the diagnosis needs of the failing call, kept before the hooks are removed."""
-    open_calls = recorder.open_calls()
-    if not open_calls:
-        return None
-    index = open_calls[-1]
-    return exc, index, recorder.live.get(index, ((), {}))
-
-
 #: The time a diagnosis may take for its replay and its fix's verification, as a multiple of the
 #: forward that failed (and at least / at most these many seconds).
 _VERIFY_FACTOR, _VERIFY_MIN_S, _VERIFY_MAX_S = 20.0, 3.0, 60.0
@@ -217,6 +209,7 @@ def _explain(failure, raised, recorder, trace, module, inputs, kwargs, seed, mod
     """Fill in the failure's diagnosis, the op that raised, where its inputs came from, and the
     verified fix (after the hooks are gone: the copies must not carry them)."""
     from layerlab.probe.blame import diagnose
+    from layerlab.probe.context import op_tensors
     from layerlab.probe.verify_fix import context_of, replay, verify
 
     exc, index, live = raised
@@ -227,7 +220,7 @@ def _explain(failure, raised, recorder, trace, module, inputs, kwargs, seed, mod
     failed = ctx.failed_op
     if failed is not None:
         failure.op = failed.record
-        named = [(o.name, t) for o, t in zip(failed.record.inputs, _op_tensors(failed))]
+        named = [(o.name, t) for o, t in zip(failed.record.inputs, op_tensors(failed))]
     else:
         names = [i.name for i in failure.inputs if i.is_tensor]
         named = list(zip(names, ctx.tensors()))
@@ -235,17 +228,6 @@ def _explain(failure, raised, recorder, trace, module, inputs, kwargs, seed, mod
     if fix and diagnosis is not None and diagnosis.fix is not None:
         budget = min(max(_VERIFY_FACTOR * forward_s, _VERIFY_MIN_S), _VERIFY_MAX_S)
         diagnosis.verified = verify(module, inputs, kwargs, seed, mode, diagnosis, budget)
-
-
-def _op_tensors(failed) -> list:
-    from layerlab.probe.ops import _tensor_leaves
-
-    leaves: list = []
-    for i, a in enumerate(failed.args):
-        _tensor_leaves(a, str(i), leaves)
-    for k, a in failed.kwargs.items():
-        _tensor_leaves(a, k, leaves)
-    return [t for _, t in leaves]
 
 
 def _backward(module, output, inputs, recorder, loss, seed):

@@ -46,28 +46,18 @@ def copy_model(module: torch.nn.Module, mode: Optional[str]) -> Optional[torch.n
 def traced_forward(model: torch.nn.Module, args: tuple, kwargs: dict, seed: Optional[int],
                    substitutions=None) -> Outcome:
     """Run ``model(*args, **kwargs)`` with module hooks (no statistics) and the op trace."""
-    from layerlab.probe.hooks import ProbeBug, Recorder
-    from layerlab.probe.ops import OpTrace
+    from layerlab.probe.hooks import ProbeBug, flatten
+    from layerlab.probe.ops import tracing
     from layerlab.probe.run import _seeded
 
-    recorder = Recorder(model, stats=False, grads=False)
-    trace = OpTrace(recorder, substitutions=substitutions)
-    recorder.trace = trace
-    recorder.install()
-    try:
-        with _seeded(seed, model, [*args, *kwargs.values()]):
-            try:
-                with trace:
-                    out = model(*args, **kwargs)
-            except ProbeBug as bug:
-                raise bug.original from None
-            except Exception as exc:
-                return Outcome(False, ctx=context_of(recorder, trace, exc))
-        from layerlab.probe.hooks import flatten
-
-        return Outcome(True, outputs=[list(v.shape) for _, v in flatten(out, "") if isinstance(v, torch.Tensor)])
-    finally:
-        recorder.remove()
+    with _seeded(seed, model, [*args, *kwargs.values()]), tracing(model, substitutions) as (recorder, trace):
+        try:
+            out = model(*args, **kwargs)
+        except ProbeBug as bug:
+            raise bug.original from None
+        except Exception as exc:  # the context keeps the live arguments: built before the hooks go
+            return Outcome(False, ctx=context_of(recorder, trace, exc))
+    return Outcome(True, outputs=[list(v.shape) for _, v in flatten(out, "") if isinstance(v, torch.Tensor)])
 
 
 def context_of(recorder, trace, exc: BaseException, index: Optional[int] = None,
