@@ -33,8 +33,9 @@ _TIMING = re.compile(r"^(time\s+).*$", re.M)
 
 
 def comparable(output: str) -> str:
-    """The output with its timing line blanked: the one part that changes from run to run."""
-    return _TIMING.sub(r"\1…", output)
+    """The output with its timing line blanked: the one part that changes from run to run. The
+    summary grid pads every row to its longest, often the timing row, so trailing blanks go too."""
+    return "\n".join(line.rstrip() for line in _TIMING.sub(r"\1…", output).splitlines())
 
 
 def blocks(text: str) -> Iterator[Tuple[str, str]]:
