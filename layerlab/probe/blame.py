@@ -26,7 +26,7 @@ import torch.nn as nn
 from layerlab.probe import layer_rules as R
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
-from layerlab.probe.mask_rules import mha
+from layerlab.probe.mask_rules import mha, transformer_masks
 from layerlab.probe.op_rules import diagnose_op
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -80,6 +80,8 @@ _RULES: List[tuple] = [
     (nn.modules.conv._ConvNd, R.conv),
     (nn.RNNBase, R.rnn),
     (nn.MultiheadAttention, mha),
+    ((nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder, nn.TransformerEncoderLayer,
+      nn.TransformerDecoderLayer), transformer_masks),
     (nn.LayerNorm, R.layer_norm),
     (nn.modules.batchnorm._BatchNorm, R.batch_norm),
     (nn.GroupNorm, R.group_norm),

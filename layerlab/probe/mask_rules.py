@@ -132,14 +132,50 @@ def _other_layout(m, q, k) -> Optional[tuple]:
 
 def _batch_first(ctx, m, why: str, rule: str) -> Diagnosis:
     want = not m.batch_first
+    owner = _transformer_owner(ctx)
+    build = (f"construct {owner.label} ({owner.class_name}) with batch_first={want} (it passes it to its "
+             "attention)" if owner is not None else f"construct it with batch_first={want}")
     return Diagnosis(
         f"MultiheadAttention has batch_first={m.batch_first}, but {why}: the inputs are "
         f"{'(N, L, E)' if want else '(L, N, E)'}",
         expected=f"batch_first={want}", got=f"batch_first={m.batch_first}", cause="layout",
-        hint=f"construct it with batch_first={want} (the output then has the inputs' layout too)",
+        hint=f"{build} (the output then has the inputs' layout too)",
         fix=FixStep("set-attr", ctx.path, f"batch_first={want}", {"name": "batch_first", "value": want}),
         rule=rule,
     )
+
+
+def _transformer_owner(ctx):
+    """The TransformerEncoderLayer/DecoderLayer call whose ``self_attn`` failed (its ``batch_first``
+    is what the user sets), or ``None``."""
+    parent = ctx.path.rpartition(".")[0] if "." in ctx.path else ("" if ctx.path else None)
+    if parent is None:
+        return None
+    call = next((c for c in reversed(ctx.recorder.calls) if c.path == parent), None)
+    return call if call is not None and call.class_name in _TRANSFORMER_LAYERS else None
+
+
+_TRANSFORMER_LAYERS = ("TransformerEncoderLayer", "TransformerDecoderLayer")
+#: nn.Transformer* forward arguments that are masks: all "True = ignore", like MultiheadAttention's
+_TRANSFORMER_MASKS = ("mask", "src_mask", "src_key_padding_mask", "tgt_mask", "memory_mask",
+                      "tgt_key_padding_mask", "memory_key_padding_mask")
+
+
+def transformer_masks(ctx) -> Optional[Diagnosis]:
+    """nn.Transformer / TransformerEncoder(Layer) / TransformerDecoder(Layer) given an integer mask:
+    they check the masks' dtype themselves, before any attention runs."""
+    from layerlab.probe.hooks import forward_arg_names
+
+    names = forward_arg_names(type(ctx.module))
+    for name in _TRANSFORMER_MASKS:
+        if name not in ctx.kwargs and name not in names:
+            continue
+        position = names.index(name) if name in names else len(ctx.args)
+        found = mask_dtype(ctx.arg(name, position), name, TRUE_IGNORES, ctx.path, ctx.key(name, position),
+                           f"nn.{type(ctx.module).__name__}")
+        if found is not None:
+            return found
+    return None
 
 
 # -- ops of the user's code -------------------------------------------------------------------------
