@@ -7,6 +7,10 @@ finish), and the first one that mixes the batch is named.
 
 *Consistency*: running each sample alone gives what the batched run gives for it.
 
+Which dim of each input is the batch comes from :mod:`layerlab.checks.layout` (the module's
+contract, then the shapes; ``batch_dims`` first). An unbatched call (torch's documented unbatched
+forms: ``(S, E)`` attention, ``(C, H, W)`` conv input) has no batch: both checks skip and say so.
+
 Layers that mix the batch by design are skipped with the reason: a ``mixes_batch`` tag, BatchNorm
 without running statistics, or (found when the check fails) a reference that mixes it too. The
 check runs in eval mode, where BatchNorm uses its running statistics; in train mode it mixes the
@@ -21,9 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from layerlab.checks.case import (
-    Arg, Case, batch_layout, call, cast_args, flatten, float_leaves, generator, grad_inputs, input_batch_dim,
-    map_args, module_copy,
-    rand_like, reference_copy,
+    Arg, Case, batch_layout, call, cast_args, flatten, float_leaves, generator, grad_inputs, input_tensors, map_args,
+    module_copy, rand_like, reference_copy, unbatched_reason,
 )
 from layerlab.checks.compare import compare
 from layerlab.checks.report import CheckResult, Status
@@ -85,13 +88,16 @@ def _precheck(case: Case, grad: bool, name: str):
     if reason:
         return CheckResult(name, Status.SKIP, reason), None
     module, args, B, dims = _setup(case, grad)
+    unbatched = unbatched_reason(case, args)
+    if unbatched:
+        return CheckResult(name, Status.SKIP, f"unbatched input: {unbatched}: no batch to check"), None
     if B < 2:
         return CheckResult(name, Status.SKIP, f"batch size {B}: need at least 2 samples to compare"), None
     try:
         with torch.no_grad():
             single = call(module, _slice(args, dims, 0))
     except Exception as exc:
-        batched = {a.name: input_batch_dim(case, a.name, t) for a in args for _, t in flatten(a.value, a.name)}
+        batched = {p: dims.get(id(t)) for p, t in input_tensors(args)}
         return CheckResult(name, Status.SKIP,
                            f"one sample alone does not run ({type(exc).__name__}): are the inputs batched along "
                            f"{batched}? Pass batch_dims={{name: dim or None}} to say", details={"guess": batched}), None

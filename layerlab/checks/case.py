@@ -20,17 +20,25 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 import torch
 from torch import Tensor, nn
 
-#: names of forward arguments that carry recurrent state (batch dim 1: ``[L·D, B, H]``)
-STATE_NAMES = ("hx", "h0", "h_0", "c0", "c_0", "state", "hidden")
+from layerlab.checks import layout
+# re-exported: deploy and profiling import them from here
+from layerlab.checks.layout import STATE_NAMES, has_batch_first, is_mask_name, seq_first  # noqa: F401
+
+#: argument names a loss module's target goes by: data to compare with, never differentiated
+TARGET_NAMES = ("target", "targets", "label", "labels", "y")
 
 
 @dataclass
 class Arg:
-    """One forward argument: its name, its value, and whether it is passed by keyword."""
+    """One forward argument: its name, its value, and whether it is passed by keyword.
+
+    ``no_grad`` holds the paths (``target``, ``hx[1]``) of floating tensors gradients must not flow
+    to; ``None`` until :class:`Case` decides (see :func:`grad_selection`)."""
 
     name: str
     value: Any
     keyword: bool = False
+    no_grad: Optional[FrozenSet[str]] = None
 
 
 @dataclass
@@ -45,6 +53,7 @@ class Case:
         param_map: our parameter name → the reference's, for per-parameter gradient parity.
         reference_note: how the weights were copied (shown in reports).
         reference_error: why no reference could be aligned (parity checks then fail with it).
+        reference_auto: how an automatic reference was built (:mod:`layerlab.checks.auto_reference`).
         tags: claims the checks rely on: ``causal``, ``recurrent``, ``mixes_batch``, ``stochastic``.
         seed: seeds every random tensor a check draws (grad_outputs, directions, perturbations).
         batch_dims: input name → its batch dim (``None``: no batch dim); overrides the guess.
@@ -57,9 +66,38 @@ class Case:
     param_map: Dict[str, str] = field(default_factory=dict)
     reference_note: str = ""
     reference_error: Optional[str] = None
+    reference_auto: str = ""  # how layerlab built the reference itself (empty: the user named it)
     tags: FrozenSet[str] = frozenset()
     seed: int = 0
     batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.args = grad_selection(self.module, self.args)
+
+
+def grad_selection(module: nn.Module, args: Sequence[Arg]) -> List[Arg]:
+    """``args`` with ``no_grad`` decided: which floating inputs the checks may differentiate and perturb.
+
+    When the caller marked inputs with ``requires_grad`` (any one), exactly those are checked, as
+    torch's own module tests do (a loss target, a label, an index is passed without it). Otherwise
+    every floating non-mask input is, except a loss module's target (``target``, ``label(s)``,
+    ``y``): a BCE target nudged outside [0, 1] raises, and most losses are not differentiable in it.
+    Already decided arguments (copies of a case's own) are kept as they are.
+    """
+    if any(a.no_grad is not None for a in args):
+        return list(args)
+    floating = {a.name: [(p, t) for p, t in flatten(a.value, a.name) if t.is_floating_point()] for a in args}
+    flagged = any(t.requires_grad for ts in floating.values() for _, t in ts)
+    loss = isinstance(module, nn.modules.loss._Loss)
+
+    def frozen(a: Arg) -> FrozenSet[str]:
+        if flagged:
+            return frozenset(p for p, t in floating[a.name] if not t.requires_grad)
+        if loss and a.name.lower() in TARGET_NAMES:
+            return frozenset(p for p, _ in floating[a.name])
+        return frozenset()
+
+    return [Arg(a.name, a.value, a.keyword, frozen(a)) for a in args]
 
 
 # -- calling ---------------------------------------------------------------------------------------
@@ -112,13 +150,13 @@ def map_tensors(value: Any, fn: Callable[[Tensor], Any], memo: Optional[dict] = 
 
 def map_args(args: Sequence[Arg], fn: Callable[[Tensor], Any]) -> List[Arg]:
     memo: dict = {}
-    return [Arg(a.name, map_tensors(a.value, fn, memo), a.keyword) for a in args]
+    return [Arg(a.name, map_tensors(a.value, fn, memo), a.keyword, a.no_grad) for a in args]
 
 
 def cast_args(args: Sequence[Arg], dtype: Optional[torch.dtype], requires_grad: bool = False) -> List[Arg]:
     """Detached copies; floating tensors cast to ``dtype`` (``None`` keeps it). Differentiable
-    inputs (floating, not a mask) get ``requires_grad`` when asked."""
-    grad_ids = {id(t) for a in args if is_grad_arg(a) for t in _tensors(a.value)}
+    inputs (:func:`grad_inputs`) get ``requires_grad`` when asked."""
+    grad_ids = {id(t) for _, t in grad_inputs(args)}
 
     def conv(t: Tensor) -> Tensor:
         out = t.detach()
@@ -132,28 +170,16 @@ def cast_args(args: Sequence[Arg], dtype: Optional[torch.dtype], requires_grad: 
     return map_args(args, conv)
 
 
-def _tensors(value: Any) -> List[Tensor]:
-    return [t for _, t in flatten(value)]
-
-
-def is_mask_name(name: str) -> bool:
-    return "mask" in name.lower()
-
-
-def is_grad_arg(arg: Arg) -> bool:
-    """A floating input that gradients should flow to (masks are not)."""
-    return not is_mask_name(arg.name) and any(t.is_floating_point() for t in _tensors(arg.value))
-
-
 def grad_inputs(args: Sequence[Arg]) -> List[Tuple[str, Tensor]]:
     """``(name, tensor)`` of every differentiable input tensor (nested state tuples flattened),
-    each distinct tensor once."""
+    each distinct tensor once: floating, not a mask, not frozen by :func:`grad_selection`."""
     out, seen = [], set()
     for a in args:
         if is_mask_name(a.name):
             continue
+        frozen = a.no_grad or frozenset()
         for path, t in flatten(a.value, a.name):
-            if t.is_floating_point() and id(t) not in seen:
+            if t.is_floating_point() and id(t) not in seen and path not in frozen:
                 seen.add(id(t))
                 out.append((path, t))
     return out
@@ -207,9 +233,16 @@ def user_dtype(case: Case) -> torch.dtype:
     return torch.get_default_dtype()
 
 
+def seed_for(seed: int, salt: int = 0) -> int:
+    """The case seed and a per-check salt as one seed in ``manual_seed``'s range: any Python int
+    works (``seed * 7919`` alone overflows a 64-bit seed for seeds from about 1.2e15 on); seeds
+    below that give the values they always gave."""
+    return (int(seed) * 7919 + int(salt)) % (2 ** 63)
+
+
 def generator(seed: int, salt: int = 0) -> torch.Generator:
     """A CPU generator seeded from the case seed and a per-check salt: no global RNG state touched."""
-    return torch.Generator().manual_seed(int(seed) * 7919 + salt)
+    return torch.Generator().manual_seed(seed_for(seed, salt))
 
 
 def randn_like(t: Tensor, gen: torch.Generator) -> Tensor:
@@ -247,65 +280,29 @@ def mode_name(case: Case, mode: Optional[bool]) -> str:
     return "train" if mode else "eval"
 
 
-def has_batch_first(module: nn.Module) -> bool:
-    """Is it a sequence module with torch's ``batch_first`` switch (RNNs, attention, transformers)?"""
-    return any(isinstance(getattr(m, "batch_first", None), bool) for m in module.modules())
-
-
-def seq_first(module: nn.Module) -> bool:
-    """Does the module take ``(T, B, E)`` inputs (torch's ``batch_first=False``)?"""
-    bf = getattr(module, "batch_first", None)
-    if isinstance(bf, bool):
-        return not bf
-    for m in module.modules():
-        bf = getattr(m, "batch_first", None)
-        if isinstance(bf, bool):
-            return not bf
-    return False
-
-
 def input_batch_dim(case: Case, arg_name: str, t: Tensor) -> Optional[int]:
-    """The batch dim of one input tensor (``None``: shared by every sample), by the usual contracts."""
+    """The batch dim of one input tensor by the contract alone (``None``: shared by every sample);
+    ``batch_dims`` wins. :func:`batch_layout` adds the shape evidence."""
     if arg_name in case.batch_dims:
         return case.batch_dims[arg_name]
-    base = arg_name.split("[", 1)[0].lower()
-    if t.dim() == 0:
-        return None
-    if base in STATE_NAMES:
-        return 1 if t.dim() == 3 else (0 if t.dim() == 2 and not has_batch_first(case.module) else None)
-    if is_mask_name(base):
-        if "key_padding" in base or "padding" in base:
-            return 0
-        return None if t.dim() <= 2 else 0
-    if t.is_floating_point() and (t.dim() == 1 or (t.dim() == 2 and has_batch_first(case.module))):
-        return None  # unbatched: a feature vector, or a (T, E) sequence
-    if seq_first(case.module) and t.dim() >= 3 and t.is_floating_point():
-        return 1
-    if seq_first(case.module) and t.dim() == 2 and not t.is_floating_point():
-        return 1
-    return 0
+    return layout.contract_dim(case.module, arg_name, t)
+
+
+def input_tensors(args: Sequence[Arg]) -> List[Tuple[str, Tensor]]:
+    """``[(path, tensor)]`` of every input tensor, in argument order."""
+    return [pt for a in args for pt in flatten(a.value, a.name)]
 
 
 def batch_layout(case: Case, args: Sequence[Arg]) -> Tuple[int, Dict[int, Optional[int]]]:
-    """``(B, {id(tensor): batch dim or None})`` for every input tensor; ``B = 0`` if none is batched.
+    """``(B, {id(tensor): batch dim or None})`` for every input tensor; ``B = 0`` if none is batched
+    (an unbatched call included). Decided from the module's contract and the shapes, ``batch_dims``
+    first: see :mod:`layerlab.checks.layout`."""
+    return layout.layout(case.module, input_tensors(args), case.batch_dims)
 
-    ``B`` is the size of the first batched input along its batch dim; a tensor whose size along
-    its guessed batch dim differs is treated as shared (``None``).
-    """
-    dims: Dict[int, Optional[int]] = {}
-    B = 0
-    for a in args:
-        for path, t in flatten(a.value, a.name):
-            d = input_batch_dim(case, path, t)
-            if d is not None and d < t.dim():
-                if B == 0:
-                    B = t.shape[d]
-                if t.shape[d] != B:
-                    d = None
-            else:
-                d = None
-            dims[id(t)] = d
-    return B, dims
+
+def unbatched_reason(case: Case, args: Sequence[Arg]) -> Optional[str]:
+    """Why the call has no batch (``None``: it has one, or ``batch_dims`` says where)."""
+    return layout.unbatched_reason(case.module, input_tensors(args), case.batch_dims)
 
 
 def time_dim(module: nn.Module, t: Tensor) -> Optional[int]:

@@ -5,11 +5,21 @@ no gradient sits behind a ``.detach()``, ``.data``, ``torch.no_grad()`` or an un
 non-finite gradient is an overflow or a division by zero; an all-zero gradient is a dead path (a
 ReLU that never opens, a gate stuck shut). When a reference exists and its counterpart gets no
 gradient either, that is the layer's design and passes with a note.
+
+One all-zero gradient is exactly right and passes with a note: a hidden-to-hidden weight
+(``weight_hh``) that only ever multiplies a zero state (``nn.RNNCell``/``LSTMCell``/``GRUCell``
+without ``hx``, a one-step sequence without ``h0``, dead ReLU units): its gradient is
+``Σ δ · hᵀ`` with every ``h = 0`` (see :mod:`layerlab.checks.zero_state`).
+
+Any other all-zero gradient is tested against the forward: the parameter is nudged (float64,
+relative 1e-6) and the outputs compared. If they move, the zero gradient is wrong: FAIL. If they do
+not, the values make the output flat in that parameter here (dead units, a gate shut, a loss whose
+every target is ignored): a warning that says so, since the code is not what is at fault.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -19,12 +29,20 @@ from layerlab.checks.case import (
     trainable, user_dtype,
 )
 from layerlab.checks.report import CheckResult, Status
+from layerlab.checks.zero_state import DEAD_RELU, ZeroStateWatch
 
 
-def _backward(module: Any, case: Case, dtype: torch.dtype, train: Optional[bool]) -> Optional[Dict[str, Optional[Tensor]]]:
+def _backward(module: Any, case: Case, dtype: torch.dtype,
+              train: Optional[bool]) -> Tuple[Dict[str, Optional[Tensor]], Optional[ZeroStateWatch]]:
+    """Each trainable parameter's gradient, and what the recurrent submodules were called with."""
     m = module_copy(module, dtype, train) if isinstance(module, nn.Module) else module
     args = cast_args(case.args, dtype)
-    out = call(m, args)
+    watch = ZeroStateWatch(m) if isinstance(m, nn.Module) else None
+    if watch is None:
+        out = call(m, args)
+    else:
+        with watch:
+            out = call(m, args)
     gen = generator(case.seed, 5)
     loss = 0
     for _, y in float_leaves(out):
@@ -32,9 +50,41 @@ def _backward(module: Any, case: Case, dtype: torch.dtype, train: Optional[bool]
             loss = loss + (y * randn_like(y, gen)).sum()
     params = trainable(m)
     if not isinstance(loss, Tensor):
-        return {n: None for n, _ in params}
+        return {n: None for n, _ in params}, watch
     grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True) if params else []
-    return {n: g for (n, _), g in zip(params, grads)}
+    return {n: g for (n, _), g in zip(params, grads)}, watch
+
+
+FLAT = ("the outputs do not change when it is nudged (float64): on these inputs the layer is flat in it "
+        "(dead units, a gate shut, every target ignored)")
+
+
+def _flat(case: Case, names: List[str], train: Optional[bool]) -> List[str]:
+    """The parameters among ``names`` whose nudge leaves every floating output unchanged."""
+    m = module_copy(case.module, torch.float64, train)
+    args = cast_args(case.args, torch.float64)
+    params = dict(m.named_parameters())
+    gen = generator(case.seed, 12)
+
+    def outputs() -> Tensor:
+        with torch.no_grad():
+            leaves = [y.reshape(-1) for _, y in float_leaves(call(m, args))]
+        return torch.cat(leaves) if leaves else torch.zeros(0, dtype=torch.float64)
+
+    base = outputs()
+    tol = 1e-10 * (1 + float(base.abs().max())) if base.numel() else 0.0
+    flat = []
+    for name in names:
+        p = params[name]
+        keep = p.detach().clone()
+        with torch.no_grad():
+            p.add_(1e-6 * (1 + float(keep.abs().max())) * randn_like(p, gen))
+        moved = outputs()
+        with torch.no_grad():
+            p.copy_(keep)
+        if moved.shape == base.shape and not bool(((moved - base).abs() > tol).any()):
+            flat.append(name)
+    return flat
 
 
 def param_grads(case: Case, opts: Any = None) -> CheckResult:
@@ -45,10 +95,18 @@ def param_grads(case: Case, opts: Any = None) -> CheckResult:
     if not dtype.is_floating_point:
         dtype = torch.float32
     train = parity_mode(case)
-    grads = _backward(case.module, case, dtype, train)
+    grads, watch = _backward(case.module, case, dtype, train)
     ref_grads = None
     rows: List[Dict[str, Any]] = []
     problems: List[Dict[str, Any]] = []
+    zeros = [n for n, g in grads.items() if g is not None and bool(torch.isfinite(g).all()) and not bool(g.any())]
+    explained = watch.explain(zeros) if watch is not None and zeros else {}
+    unexplained = [n for n in zeros if n not in explained]
+    if unexplained:
+        try:
+            explained.update({n: ("flat", FLAT) for n in _flat(case, unexplained, train)})
+        except Exception:  # the layer does not run in float64: the zero gradients stay unexplained
+            pass
     for name, g in grads.items():
         row: Dict[str, Any] = {"name": name, "present": g is not None}
         if g is not None:
@@ -56,12 +114,17 @@ def param_grads(case: Case, opts: Any = None) -> CheckResult:
             row.update(shape=list(g.shape), finite=finite, norm=float(g.double().norm()) if finite else None,
                        zero=bool((g == 0).all()), nonfinite=int((~torch.isfinite(g)).sum()))
         rows.append(row)
-        if g is None or not row["finite"] or row["zero"]:
+        if (g is None or not row["finite"] or row["zero"]) and name not in explained:
             problems.append(row)
+    by_design = [n for n, (kind, _) in explained.items() if kind == "by_design"]
+    dead = [n for n, (kind, _) in explained.items() if kind == "dead_relu"]
+    flat = [n for n, (kind, _) in explained.items() if kind == "flat"]
     details: Dict[str, Any] = {"dtype": short_dtype(dtype), "mode": mode_name(case, train), "params": rows}
+    if explained:
+        details["zero_explained"] = {n: {"kind": k, "why": w} for n, (k, w) in explained.items()}
     if problems and isinstance(case.reference, nn.Module):
         try:
-            ref_grads = _backward(case.reference, case, dtype, train)
+            ref_grads, _ = _backward(case.reference, case, dtype, train)
         except Exception:  # the reference's own trouble is not this check's business
             ref_grads = None
     excused = []
@@ -74,8 +137,22 @@ def param_grads(case: Case, opts: Any = None) -> CheckResult:
                 problems.remove(row)
         if excused:
             details["same_in_reference"] = excused
+    if not problems and (dead or flat):
+        parts = [f"all-zero gradient for {', '.join(names)}, explained by the values, not the code: {why}"
+                 for names, why in ((dead, DEAD_RELU), (flat, FLAT)) if names]
+        return CheckResult(
+            "param_grads", Status.WARN, "; ".join(parts), where=", ".join(dead + flat), details=details,
+            hint="the units never open on these inputs: re-initialise (smaller weights, bias 0), normalise or "
+                 "clip the inputs, or use nonlinearity='tanh'" if dead else
+                 "check the inputs: with these values the parameter cannot affect the output")
     if not problems:
-        summary = f"all {len(rows)} trainable parameter(s) get finite, non-zero gradients ({short_dtype(dtype)})"
+        nonzero = len(rows) - len(by_design)
+        summary = f"all {nonzero} trainable parameter(s) get finite, non-zero gradients ({short_dtype(dtype)})"
+        if by_design:
+            summary = (f"{nonzero} of {len(rows)} trainable parameter(s) get finite, non-zero gradients "
+                       f"({short_dtype(dtype)}); {', '.join(by_design)} "
+                       f"{'gets an all-zero gradient' if len(by_design) == 1 else 'get all-zero gradients'}, "
+                       f"exactly right: {explained[by_design[0]][1]}")
         if excused:
             summary += f"; {', '.join(excused)} get none in the reference either"
         return CheckResult("param_grads", Status.PASS, summary, details=details)
@@ -93,5 +170,7 @@ def param_grads(case: Case, opts: Any = None) -> CheckResult:
     if zero:
         parts.append(f"all-zero gradient for {', '.join(zero)}")
         hint = hint or "a dead path: a ReLU/mask/gate that never lets the signal through"
+    if dead or flat:
+        parts.append(f"({', '.join(dead + flat)}: all-zero too, explained by the values)")
     return CheckResult("param_grads", Status.FAIL, "; ".join(parts), where=", ".join(missing + nonfinite + zero),
                        hint=hint, details=details)

@@ -28,12 +28,11 @@ from layerlab.checks.case import (
     Arg, Case, batch_layout, call, cast_args, float_leaves, forward_params, generator, grad_inputs, is_mask_name,
     map_args, module_copy, randn_like, reference_copy, time_dim,
 )
+from layerlab.checks import mask_forms as mf
 from layerlab.checks.report import CheckResult, Status
 
 SELF_MASKS = ("attn_mask", "src_mask", "tgt_mask", "mask")
 PADDING_MASKS = ("key_padding_mask", "src_key_padding_mask", "tgt_key_padding_mask")
-_FIX_FLOAT01 = ("convert it: bool_mask = mask == 0 if 1 means 'attend' (nn.MultiheadAttention: True = blocked), "
-                "or an additive mask: torch.zeros_like(mask).masked_fill(mask == 0, float('-inf'))")
 
 
 def mask_params(module: nn.Module) -> List[str]:
@@ -55,7 +54,7 @@ def masks(case: Case, opts: Any = None) -> CheckResult:
     probes = _probe(case, module, args, geo, details) if geo else {}
     semantics = probes.get("bool")
     for a in given:
-        findings.extend(_inspect_given(a, geo, semantics))
+        findings.extend(_inspect_given(a, geo, semantics, probes.get("blocks_float")))
     with torch.no_grad():
         try:
             out = float_leaves(call(module, args))
@@ -95,7 +94,7 @@ def _geometry(case: Case, module: nn.Module, args: Sequence[Arg]) -> Optional[Di
     named_kv = [t for n, t in ins if n.split("[")[0] in ("key", "value")]
     kv = named_kv or [q]
     k = kv[0]
-    qd, kd = time_dim(module, q), time_dim(module, k)
+    qd, kd = _seq_dim(module, q), _seq_dim(module, k)
     if qd is None or kd is None:
         return None
     B, _ = batch_layout(case, args)
@@ -106,15 +105,18 @@ def _geometry(case: Case, module: nn.Module, args: Sequence[Arg]) -> Optional[Di
             "simple": bool(named_kv) or len(ins) == 1}
 
 
-def _inspect_given(a: Arg, geo: Optional[Dict[str, Any]], semantics: Optional[str]) -> List[Tuple[Status, str, str, str]]:
+def _seq_dim(module: nn.Module, t: Tensor) -> Optional[int]:
+    """The sequence dim: scaled_dot_product_attention's ``(B, H, T, E)`` has it at −2."""
+    return t.dim() - 2 if t.dim() == 4 else time_dim(module, t)
+
+
+def _inspect_given(a: Arg, geo: Optional[Dict[str, Any]], semantics: Optional[str],
+                   blocks_float: Optional[bool]) -> List[Tuple[Status, str, str, str]]:
     out = []
     m = a.value
     name = a.name
     if m.is_floating_point():
-        vals = torch.unique(m)
-        if bool(((vals == 0) | (vals == 1)).all()) and bool((vals == 1).any()):
-            out.append((Status.WARN, name, f"{name} is a float 0/1 mask: torch adds float masks to the scores, so "
-                        "it blocks nothing", _FIX_FLOAT01))
+        out.extend(_float01(a, semantics, blocks_float))
     if "padding" in name.lower() and geo and geo["B"]:
         want = (geo["B"], geo["S"])
         if tuple(m.shape) != want:
@@ -126,19 +128,65 @@ def _inspect_given(a: Arg, geo: Optional[Dict[str, Any]], semantics: Optional[st
         elif m.dtype != torch.bool and not m.is_floating_point():
             out.append((Status.WARN, name, f"{name} is {str(m.dtype).replace('torch.', '')}",
                         "pass a bool mask (True = padding, blocked) or a float additive mask"))
-    if m.dtype == torch.bool and m.dim() == 2 and m.shape[0] == m.shape[1] and m.shape[0] > 1 and semantics:
-        T = m.shape[0]
-        upper = torch.ones(T, T, dtype=torch.bool, device=m.device).triu(1)
-        if semantics.startswith("True = blocked") and torch.equal(m, ~upper):
-            out.append((Status.WARN, name, f"{name} blocks the past and the diagonal and leaves the future open: "
-                        "it is a causal mask in scaled_dot_product_attention's convention (True = attend), "
-                        "inverted for this layer (True = blocked)",
-                        "pass ~mask, or torch.nn.Transformer.generate_square_subsequent_mask(T)"))
-        if semantics.startswith("True = attend") and torch.equal(m, upper):
-            out.append((Status.WARN, name, f"{name} lets each query see only the future: a causal mask in "
-                        "nn.MultiheadAttention's convention (True = blocked), inverted for this layer (True = attend)",
-                        "pass ~mask (torch.ones(T, T, dtype=torch.bool).tril())"))
+    out.extend(_triangle_defects(a, semantics, blocks_float))
     return out
+
+
+def _float01(a: Arg, semantics: Optional[str], blocks_float: Optional[bool]) -> List[Tuple[Status, str, str, str]]:
+    """A float 0/1 mask is added to the scores: it blocks nothing. When its pattern says what it was
+    meant to block (a causal triangle, padded keys), that is a bug, not a style question."""
+    m, name = a.value, a.name
+    vals = torch.unique(m)
+    if not (bool(((vals == 0) | (vals == 1)).all()) and bool((vals == 1).any())):
+        return []
+    tri = mf.triangle(m)
+    if "padding" in name.lower() or _padding_columns(m):
+        meant, one_means = "padding mask", None
+    elif tri is not None and tri.claims_causal:
+        meant, one_means = f"causal mask ({tri.code()}, 1 = {tri.one_means})", tri.one_means
+    else:
+        return [(Status.WARN, name, f"{name} is a float 0/1 mask: torch adds float masks to the scores, so it "
+                 "blocks nothing", mf.float01_fix(None, semantics))]
+    if blocks_float:  # the probe saw this layer add float masks to the scores, as torch does
+        return [(Status.FAIL, name, f"{name} is a float 0/1 {meant}: float masks are added to the scores, so it "
+                 "blocks nothing (a 1 only nudges a score by 1)", mf.float01_fix(one_means, semantics))]
+    # unprobed (or a layer that reads float masks its own way): say what torch would do, no verdict
+    return [(Status.WARN, name, f"{name} is a float 0/1 {meant}: torch adds float masks to the scores, so in "
+             "torch's convention it blocks nothing (not probed for this layer)", mf.float01_fix(one_means, semantics))]
+
+
+def _padding_columns(m: Tensor) -> bool:
+    """An attention mask that blocks whole keys: every column constant over the query rows, not all equal."""
+    if m.dim() < 2 or m.shape[-2] < 2:
+        return False
+    return bool((m == m.narrow(-2, 0, 1)).all()) and not bool((m == m.flatten()[0]).all())
+
+
+def _triangle_defects(a: Arg, semantics: Optional[str], blocks_float: Optional[bool]):
+    """A causal-looking triangle that, read as this layer reads it, is inverted or off by one."""
+    tri = mf.triangle(a.value) if "padding" not in a.name.lower() else None
+    if tri is None or not tri.claims_causal or tri.encoding == "float01":
+        return []
+    if tri.encoding == "bool":
+        if not semantics:
+            return []
+        reading = mf.TRUE_BLOCKS if semantics.startswith("True = blocked") else mf.TRUE_ATTENDS
+        blocked = tri.marked if reading == mf.TRUE_BLOCKS else ~tri.marked
+    elif blocks_float:
+        reading, blocked = "−inf = blocked", tri.marked
+    else:
+        return []
+    problem = mf.defect(tri, blocked)
+    if problem is None:
+        return []
+    # a query row left with no key is broken whatever was meant (NaN here, or zeros in SDPA)
+    status = Status.FAIL if mf.all_blocked_rows(blocked) else Status.WARN
+    if problem.startswith("it is inverted"):
+        return [(status, a.name, f"{a.name} ({tri.code()}) blocks the past and leaves the future open: it is a "
+                 f"causal mask in the other bool convention, inverted for this layer, which reads {reading}",
+                 f"pass ~mask, i.e. {mf.fix_for(tri, reading)}")]
+    return [(status, a.name, f"{a.name} is {tri.code()}; read as {reading}, {problem}",
+             f"use {mf.fix_for(tri, reading)}")]
 
 
 def _nan_rows(y: Tensor, geo: Optional[Dict[str, Any]]) -> List[int]:
@@ -189,6 +237,7 @@ def _probe(case: Case, module: nn.Module, args: Sequence[Arg], geo: Dict[str, An
     res["bool"] = semantics
     if blocks_float and geo["simple"]:
         res["float_blocks"] = True
+    res["blocks_float"] = blocks_float if geo["simple"] else None
     if not geo["simple"]:
         details["probe"]["note"] = ("several sequence inputs: which output rows the mask governs is not known, so "
                                     "the probe is only compared with the reference's")

@@ -12,6 +12,16 @@ torch's contract for ``nn.RNN``/``nn.LSTM``/``nn.GRU`` (and layers that say they
   steps, truncating backpropagation, shows up as time steps with zero gradient).
 
 Cells (``LSTMCell`` and the like) are checked the same way with a ``(B, H)`` state and no time axis.
+
+Which input dim is the batch: ``batch_dims`` for the input if the user gave it; else the batch size
+of an ``h0`` the user passed; else the module's own ``batch_first``; else the batch size of the
+state it returns (when it matches exactly one of the input's first two dims); else a submodule's
+``batch_first``; else torch's default (sequence first). A wrapper around ``nn.LSTM`` need not copy
+the ``batch_first`` attribute to be read right.
+
+Time steps that get no gradient are not always a detached state: in a ReLU recurrence a step whose
+whole output is exactly 0 (dead units) cuts every earlier step off. That is reported as a warning
+naming the dead steps, not as a broken recurrence.
 """
 
 from __future__ import annotations
@@ -22,8 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from layerlab.checks.case import (
-    STATE_NAMES, Arg, Case, accepts, call, cast_args, float_leaves, generator, grad_inputs, module_copy, rand_like,
-    randn_like, short_dtype,
+    STATE_NAMES, Arg, Case, accepts, call, cast_args, flatten, float_leaves, generator, grad_inputs, module_copy,
+    rand_like, randn_like, seq_first, short_dtype,
 )
 from layerlab.checks.compare import compare
 from layerlab.checks.report import CheckResult, Status
@@ -58,6 +68,55 @@ def _split(out: Any, cell: bool) -> Tuple[Optional[Tensor], Optional[Tensor], Op
     return output, state, None
 
 
+def _user_state_batch(case: Case) -> Optional[int]:
+    """The batch size of an ``h0``/``hx`` the user passed (its ``batch_dims`` entry, else dim 1 of a
+    3-D state), or ``None``."""
+    for a in case.args:
+        if a.name not in STATE_NAMES:
+            continue
+        for path, t in flatten(a.value, a.name):
+            d = case.batch_dims.get(path, case.batch_dims.get(a.name, 1 if t.dim() == 3 else None))
+            if d is not None and -t.dim() <= d < t.dim():
+                return int(t.shape[d])
+    return None
+
+
+def _returned_state_batch(m: nn.Module, args: List[Arg], cell: bool) -> Optional[int]:
+    """Dim 1 of the ``h_n`` the module returns without ``h0`` (``None`` if it does not run or is not 3-D)."""
+    try:
+        with torch.no_grad():
+            _, h, _ = _split(call(m, args), cell)
+    except Exception:  # the contract check below reports the failure itself
+        return None
+    return int(h.shape[1]) if isinstance(h, Tensor) and h.dim() == 3 else None
+
+
+def _batch_first(case: Case, m: nn.Module, args: List[Arg], x: Tensor, x_name: str, cell: bool,
+                 unbatched: bool) -> Tuple[bool, str]:
+    """``(batch_first, why)`` for a batched sequence input ``x`` (see the module doc for the order)."""
+    if cell or unbatched:
+        return False, "no time axis" if cell else "unbatched"
+    if x_name in case.batch_dims and case.batch_dims[x_name] is not None:
+        return case.batch_dims[x_name] % x.dim() == 0, f"batch_dims[{x_name!r}]"
+
+    def by_size(b: Optional[int]) -> Optional[bool]:
+        if b is None or (x.shape[0] == b) == (x.shape[1] == b):
+            return None  # no evidence, or both dims have that size
+        return x.shape[0] == b
+
+    given = by_size(_user_state_batch(case))
+    if given is not None:
+        return given, "the batch size of the h0 passed"
+    own = getattr(m, "batch_first", None)
+    if isinstance(own, bool):
+        return own, "its batch_first attribute"
+    returned = by_size(_returned_state_batch(m, args, cell))
+    if returned is not None:
+        return returned, "the batch size of the h_n it returns"
+    return not seq_first(m), "a submodule's batch_first" if any(
+        isinstance(getattr(s, "batch_first", None), bool) for s in m.modules()) else "torch's default (T, B, E)"
+
+
 def _with_state(args: List[Arg], module: nn.Module, state: Any) -> List[Arg]:
     rest = [a for a in args if a.name not in STATE_NAMES]
     name = "hx" if accepts(module, "hx") else "h0"
@@ -76,13 +135,16 @@ def recurrent_state(case: Case, opts: Any = None) -> CheckResult:
     ins = grad_inputs(args)
     if not ins:
         return CheckResult("recurrent_state", Status.SKIP, "no floating sequence input")
-    x = ins[0][1]
+    x_name, x = ins[0]
     L = int(getattr(m, "num_layers", 1))
     D = 2 if getattr(m, "bidirectional", False) else 1
     H = int(m.hidden_size)
     P = int(getattr(m, "proj_size", 0) or H)
-    bf = bool(getattr(m, "batch_first", False))
-    unbatched = x.dim() == (1 if cell else 2)
+    if x_name in case.batch_dims:
+        unbatched = case.batch_dims[x_name] is None
+    else:
+        unbatched = x.dim() == (1 if cell else 2)
+    bf, bf_why = _batch_first(case, m, args, x, x_name, cell, unbatched)
     B = None if unbatched else (x.shape[0] if (bf or cell) else x.shape[1])
     T = None if cell else x.shape[0 if (unbatched or not bf) else 1]
     lead = () if cell else (L * D,)
@@ -91,7 +153,7 @@ def recurrent_state(case: Case, opts: Any = None) -> CheckResult:
     expect_c = lead + bdim + (H,)
     formula = "(B, H)" if cell else "(num_layers·D, B, H_out)"
     details: Dict[str, Any] = {"cell": cell, "num_layers": L, "D": D, "hidden_size": H, "batch_first": bf,
-                               "expected_h": list(expect_h), "dtype": "float64"}
+                               "batch_first_from": bf_why, "expected_h": list(expect_h), "dtype": "float64"}
     try:
         with torch.no_grad():
             out = call(m, args)
@@ -155,12 +217,17 @@ def _gradients(case, m, args, x, x_name, state0, lstm, cell, T, bf, unbatched, d
                for _, y in float_leaves(out) if y.requires_grad)
     targets = [h0] + ([c0] if lstm else [])
     grads = torch.autograd.grad(loss, targets, allow_unused=True, retain_graph=True)
-    problems = []
+    moves = _mover(m, args, x, (h0.detach(), c0.detach()) if lstm else h0.detach(), lstm, cell, gen)
+    dead_relu = _uses_relu(m) and _exact_zeros(out, cell)
+    problems, explained = [], []  # explained: cut off by dead ReLU units, not by the code
     for label, g in zip(("h0", "c0"), grads):
         if g is None or not bool(torch.isfinite(g).all()) or bool((g == 0).all()):
             state = "no" if g is None else ("a non-finite" if not bool(torch.isfinite(g).all()) else "an all-zero")
-            problems.append((label, f"{state} gradient reaches {label}",
-                             f"{label} must enter the first step's computation (not be replaced or detached)"))
+            if state != "an all-zero":
+                problems.append((label, f"{state} gradient reaches {label}",
+                                 f"{label} must enter the first step's computation (not be replaced or detached)"))
+            else:
+                _classify(problems, explained, label, f"{label}", moves(which=label), dead_relu)
     if not cell and T is not None:
         gx, = torch.autograd.grad((h * rand_like(h, gen)).sum(), [xg],
                                   allow_unused=True)
@@ -168,16 +235,80 @@ def _gradients(case, m, args, x, x_name, state0, lstm, cell, T, bf, unbatched, d
         dead = list(range(T)) if gx is None else [t for t in range(T) if bool((gx.select(tdim, t) == 0).all())]
         details["time_steps_without_gradient"] = dead
         if dead:
-            problems.append((f"{x_name} time step {dead[0]}",
-                             f"h_n gets no gradient from time step(s) {dead[:8]}{' …' if len(dead) > 8 else ''} of "
-                             f"{T}", "the hidden state is detached between steps (h = h.detach()) or steps are "
-                             "skipped"))
+            _classify(problems, explained, f"{x_name} time step {dead[0]}",
+                      f"time step(s) {_steps(dead)} of {T}", moves(steps=(tdim, dead)), dead_relu)
     if problems:
         return _fail(problems, details)
+    if explained:
+        return CheckResult(
+            "recurrent_state", Status.WARN,
+            f"no gradient reaches {' and '.join(w for w, _ in explained)}, and h_n does not change when they change: "
+            "dead ReLU units (outputs exactly 0), not a cut recurrence",
+            where=explained[0][1], details=details,
+            hint="dead ReLU units: a large negative bias or pre-activation; re-initialise (smaller weights, bias 0), "
+                 "normalise the inputs, or use nonlinearity='tanh'")
     steps = "" if cell else f" and all {T} time steps"
     return CheckResult("recurrent_state", Status.PASS,
                        f"state {tuple(details['expected_h'])} as torch's contract; zeros default; gradients reach h0"
                        f"{'/c0' if lstm else ''}{steps}", details=details)
+
+
+def _steps(steps: List[int]) -> str:
+    return f"{steps[:8]}{' …' if len(steps) > 8 else ''}"
+
+
+def _uses_relu(m: nn.Module) -> bool:
+    return any(getattr(s, "nonlinearity", None) == "relu" or isinstance(s, nn.ReLU) for s in m.modules())
+
+
+def _exact_zeros(out: Any, cell: bool) -> bool:
+    """Are some outputs (the sequence; a cell's new state) exactly 0, as dead ReLU units leave them?"""
+    y = _split(out, cell)[1 if cell else 0]
+    return isinstance(y, Tensor) and bool((y == 0).any())
+
+
+def _mover(m, args, x, state, lstm, cell, gen):
+    """``moves(which="h0"|"c0", steps=(tdim, [t…]))``: does ``h_n``/``c_n`` change when ``h0``/``c0`` or the input at
+    some time steps is nudged (float64, relative 1e-6)? A gradient of zero where the output moves is
+    a cut graph; where it does not, the values themselves are flat (dead units, ignored steps)."""
+
+    def final(xv, st) -> Tensor:
+        new = [Arg(a.name, xv if a.value is x else a.value, a.keyword) for a in args]
+        with torch.no_grad():
+            _, h, c = _split(call(m, _with_state(new, m, st)), cell)
+        return torch.cat([t.reshape(-1) for t in (h, c) if isinstance(t, Tensor)])
+
+    base = final(x, state)
+
+    def nudge(t: Tensor) -> Tensor:
+        return t + 1e-6 * (1 + float(t.abs().max())) * randn_like(t, gen)
+
+    def moves(which: Optional[str] = None, steps: Optional[Tuple[int, List[int]]] = None) -> bool:
+        xv, st = x, state
+        if which == "h0":
+            st = (nudge(state[0]), state[1]) if lstm else nudge(state)
+        elif which == "c0":
+            st = (state[0], nudge(state[1]))
+        if steps is not None:
+            tdim, ts = steps
+            xv = x.clone()
+            for t in ts:
+                xv.select(tdim, t).copy_(nudge(x.select(tdim, t)))
+        return bool(((final(xv, st) - base).abs() > 1e-10 * (1 + float(base.abs().max()))).any())
+
+    return moves
+
+
+def _classify(problems: list, explained: list, where: str, what: str, moved: bool, dead_relu: bool) -> None:
+    """File one "no gradient reaches ``what``" finding as a cut graph, an ignored input, or dead units."""
+    if moved:
+        problems.append((where, f"no gradient reaches {what}, yet h_n changes when they change: the gradient is cut",
+                         "the hidden state is detached between steps (h = h.detach(), .data, torch.no_grad())"))
+    elif dead_relu:
+        explained.append((what, where))
+    else:
+        problems.append((where, f"no gradient reaches {what}, and h_n does not change when they change: ignored",
+                         "every step (and h0) must enter the recurrence: steps skipped, or the state replaced"))
 
 
 def _fail(problems, details) -> CheckResult:

@@ -71,6 +71,9 @@ class VerifyOptions:
         compile_backend: the ``torch.compile`` backend of the deep compile check.
         threads: torch's intra-op threads while the checks run (restored afterwards): the checks
             use small tensors, which run fastest on one thread; ``None`` leaves torch's setting.
+        auto_reference: without a reference, compare a layer that plainly mirrors a torch.nn layer
+            with it (:mod:`layerlab.checks.auto_reference`).
+        progress: ``progress(what, i, n)``, called during long checks (gradcheck of a big model).
     """
 
     deep: bool = False
@@ -79,12 +82,14 @@ class VerifyOptions:
     slow_cap: int = 1_000_000
     compile_backend: str = "inductor"
     threads: Optional[int] = 1
+    auto_reference: bool = True
+    progress: Optional[Callable[[str, int, int], None]] = None
 
     @property
     def gradcheck(self):
         from layerlab.checks.numgrad import GradcheckOptions
 
-        return GradcheckOptions(slow_cap=self.slow_cap)
+        return GradcheckOptions(slow_cap=self.slow_cap, progress=self.progress)
 
     def selected(self) -> List[str]:
         names = list(CHECK_NAMES) + (list(DEEP_CHECK_NAMES) if self.deep else [])
@@ -116,6 +121,7 @@ def verify(
     compile_backend: str = "inductor",
     target: Optional[str] = None,
     forward_kwargs: Optional[Dict[str, Any]] = None,
+    auto_reference: bool = True,
     **kwargs: Any,
 ) -> VerifyReport:
     """Verify ``module`` on ``inputs``; return a :class:`~layerlab.checks.report.VerifyReport`.
@@ -142,6 +148,8 @@ def verify(
             Default: ``"inductor"``.
         target (str, optional): the name shown in the report. Default: the class name.
         forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
+        auto_reference (bool, optional): without ``reference``, compare a layer that plainly mirrors a
+            torch.nn layer (``MyGRUCell`` with ``GRUCell``'s attributes and weights) with it. Default: ``True``.
         **kwargs: keyword forward arguments (``attn_mask=…``).
     """
     from layerlab.checks.case import Arg, positional_names
@@ -149,25 +157,31 @@ def verify(
     names = positional_names(module, len(inputs))
     args = [Arg(n, v, False) for n, v in zip(names, inputs)]
     args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
-    opts = VerifyOptions(deep=deep, seed=seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend)
+    opts = VerifyOptions(deep=deep, seed=seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend,
+                         auto_reference=auto_reference)
     return verify_args(module, args, reference, weight_map, frozenset(tags), opts, target or type(module).__name__,
                         batch_dims or {}, reference_output)
 
 
 def verify_args(module, args, reference, weight_map, tags, opts: VerifyOptions, target: str,
                  batch_dims: Dict[str, Optional[int]], reference_output: Optional[str] = None) -> VerifyReport:
+    from torch import nn
+
     from layerlab.checks.case import Case, class_path
-    from layerlab.checks.reference import align, with_output_transform
+    from layerlab.checks.reference import prepare
 
     t0 = time.perf_counter()
-    alignment = with_output_transform(align(module, reference, weight_map), reference_output)
+    module = materialized(module, args)
+    if isinstance(reference, nn.Module):
+        reference = materialized(reference, args)
+    alignment = prepare(module, args, reference, weight_map, reference_output, auto=opts.auto_reference)
     case = Case(module=module, args=list(args), target=target, reference=alignment.reference,
                 param_map=alignment.param_map, reference_note=alignment.note, reference_error=alignment.error,
-                tags=tags, seed=opts.seed, batch_dims=dict(batch_dims))
+                reference_auto=alignment.auto, tags=tags, seed=opts.seed, batch_dims=dict(batch_dims))
     results = run_checks(case, opts)
     return VerifyReport(
         target=target, module=class_path(module),
-        reference=class_path(reference) if reference is not None else None,
+        reference=alignment.label or (class_path(reference) if reference is not None else None),
         checks=results,
         settings={"seed": opts.seed, "deep": opts.deep, "slow_cap": opts.slow_cap, "tags": sorted(tags),
                   "compile_backend": opts.compile_backend if opts.deep else None,
@@ -175,6 +189,23 @@ def verify_args(module, args, reference, weight_map, tags, opts: VerifyOptions, 
                   "inputs": {a.name: _describe(a.value) for a in args}},
         seconds=time.perf_counter() - t0,
     )
+
+
+def materialized(module: Any, args) -> Any:
+    """``module`` itself, or, when it holds lazy parameters (``nn.LazyLinear``, ``LazyConv2d`` …),
+    a copy whose shapes one forward (no grad, RNG restored) has fixed: every check needs real
+    parameters, and the user's module must stay as it was."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    from layerlab.checks.case import call, module_copy
+
+    if not any(is_lazy(p) for p in module.parameters()) and not any(is_lazy(b) for b in module.buffers()):
+        return module
+    copy_ = module_copy(module)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        call(copy_, args)
+    return copy_
 
 
 def _describe(value: Any) -> Any:
@@ -203,10 +234,10 @@ def run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
 def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
     table = _registry()
     results: List[CheckResult] = []
-    broken: Optional[CheckResult] = None
+    skip_why: Optional[str] = None
     for name in opts.selected():
-        if broken is not None and name != "runs":
-            results.append(CheckResult(name, Status.SKIP, "skipped: the layer does not run (see runs)"))
+        if skip_why is not None and name != "runs":
+            results.append(CheckResult(name, Status.SKIP, skip_why))
             continue
         t0 = time.perf_counter()
         try:
@@ -214,16 +245,63 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
         except Exception as exc:
             if debug_enabled():
                 raise
-            frames = traceback.extract_tb(exc.__traceback__)
-            last = frames[-1] if frames else None
-            result = CheckResult(
-                name, Status.FAIL, f"the check raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-                where=f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno} ({last.name})" if last else None,
-                hint="the layer fails under this check's conditions (float64, eval mode, one sample, …); "
-                     "LAYERLAB_DEBUG=1 shows the traceback",
-                details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
+            result = check_raised(name, exc)
         result.seconds = time.perf_counter() - t0
         results.append(result)
         if name == "runs" and result.status == Status.FAIL and result.details.get("exception"):
-            broken = result
+            skip_why = "skipped: the layer does not run (see runs)"
+        elif name == "runs" and result.details.get("outside_domain"):
+            skip_why = ("skipped: torch's own module returns non-finite values for these inputs (see runs); "
+                        "comparing values needs inputs in its domain")
     return results
+
+
+def _frame_owner(filename: str) -> str:
+    """Whose code a traceback frame is: ``"harness"`` (layerlab's checks and tools), ``"torch"``
+    (torch, other installed libraries, the standard library) or ``"layer"`` (the code under test:
+    the user's files and layerlab's own reference layers)."""
+    import os
+    import sysconfig
+
+    import layerlab
+
+    path = os.path.abspath(filename)
+    package = os.path.dirname(os.path.abspath(layerlab.__file__))
+    if path.startswith(package + os.sep):
+        return "layer" if path.startswith(os.path.join(package, "layers") + os.sep) else "harness"
+    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
+    if any(path.startswith(os.path.abspath(d) + os.sep) for d in libraries) or filename.startswith("<frozen"):
+        return "torch"
+    return "layer"
+
+
+def check_raised(name: str, exc: BaseException) -> CheckResult:
+    """The verdict of a check that raised, by whose code raised it.
+
+    A raise in the layer's own code (or a torch call made from it) under the check's conditions
+    (float64, one sample, perturbed inputs) is a failure of the layer. A raise with no layer code on
+    the stack comes from torch's own module meeting inputs the check made (a loss target pushed
+    out of [0, 1], say): the check does not apply there, which is a warning, not a verdict on the
+    layer. A raise inside layerlab itself is layerlab's bug and says so.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    owners = [_frame_owner(f.filename) for f in frames]
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    last = frames[-1] if frames else None
+    layer_frames = [f for f, o in zip(frames, owners) if o == "layer"]
+    where_frame = layer_frames[-1] if layer_frames else last
+    where = f"{where_frame.filename.rsplit('/', 1)[-1]}:{where_frame.lineno} ({where_frame.name})" if where_frame else None
+    details = {"exception": type(exc).__name__, "message": str(exc)[:2000], "raised_in": owners[-1] if owners else None}
+    if owners and owners[-1] == "harness":
+        return CheckResult(name, Status.WARN, f"the check could not run: layerlab raised {type(exc).__name__}: {text}",
+                           where=where, hint="this is a layerlab bug, not a finding about the layer; "
+                           "LAYERLAB_DEBUG=1 shows the traceback — please report it", details=details)
+    if layer_frames:
+        return CheckResult(name, Status.FAIL, f"the layer raised {type(exc).__name__} under this check: {text}",
+                           where=where, hint="the layer fails under this check's conditions (float64, eval mode, "
+                           "one sample, perturbed inputs …); LAYERLAB_DEBUG=1 shows the traceback", details=details)
+    return CheckResult(name, Status.WARN, f"the check does not apply: torch raised {type(exc).__name__} on the inputs "
+                       f"this check made: {text}", where=where,
+                       hint="no code of the layer under test was running, so this says nothing about the layer: "
+                       "torch's own module refused the check's inputs (e.g. values outside its domain)",
+                       details=details)

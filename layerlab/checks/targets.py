@@ -18,10 +18,14 @@ __all__ = ["verify_entry", "verify_spec", "verify_resolved", "verify_all", "SPEC
 
 
 def verify_resolved(resolved: Resolved, *, deep: bool = False, only: Optional[Sequence[str]] = None,
-                    slow_cap: int = 1_000_000, compile_backend: str = "inductor") -> VerifyReport:
-    """Verify a resolved target (registry layer or spec) against its reference."""
+                    slow_cap: int = 1_000_000, compile_backend: str = "inductor",
+                    auto_reference: bool = True,
+                    progress: Optional[Callable[[str, int, int], None]] = None) -> VerifyReport:
+    """Verify a resolved target (registry layer or spec) against its reference (without one, against
+    the torch.nn layer it plainly mirrors, unless ``auto_reference`` is off)."""
     r = resolved
-    opts = VerifyOptions(deep=deep, seed=r.seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend)
+    opts = VerifyOptions(deep=deep, seed=r.seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend,
+                         auto_reference=auto_reference, progress=progress)  # progress(what, i, n): long checks
     return verify_args(r.module, r.args, r.reference, r.weight_map, r.tags, opts, r.target, dict(r.batch_dims),
                        r.reference_output)
 

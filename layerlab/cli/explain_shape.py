@@ -76,6 +76,10 @@ def command(
                                         "which took this size to --input.", meta="SIZE")] = None,
     chain: Annotated[Optional[str], _opt("--chain", "-c", help="Several ops, each fed by the previous output: "
                                          "'conv k=7 s=2 p=3 | maxpool k=3 s=2 p=1'.", meta="STAGES")] = None,
+    torch_version: Annotated[Optional[str], _opt("--torch-version", help="Predict this torch version's behaviour "
+                                                 "(default: the installed torch's, read without importing it). "
+                                                 "Versions differ in a few error cases only, so --target/--undo "
+                                                 "answers do not depend on it.", meta="X.Y.Z")] = None,
     json: JsonOpt = False,
 ) -> int:
     """Explain the output size of a conv/pool-type op, exactly as torch computes it.
@@ -111,8 +115,16 @@ def command(
     params: Dict[str, Any] = {k: v for k, v in raw.items() if v is not None}
     _check_positive(params)
 
+    if torch_version is not None:
+        from layerlab.shapes.torch_version import parse_version
+
+        try:  # a malformed version is a usage error (exit 2) before any work
+            parse_version(torch_version)
+        except UsageError:
+            raise UsageError(f"--torch-version {torch_version!r} is not a version", where="--torch-version",
+                             expected="X.Y or X.Y.Z", got=torch_version, hint="e.g. --torch-version 2.13.0") from None
     if chain is not None:
-        return _run_chain(out, chain, input, params)
+        return _run_chain(out, chain, input, params, torch_version)
     from layerlab.shapes.ops import resolve
 
     n_spatial = None
@@ -130,7 +142,7 @@ def command(
         from layerlab.shapes.table import size_table
 
         table = size_table(spec.name, nd, channels=params.get("in_channels") or _default_channels(spec.name, params),
-                           **params)
+                           torch_version=torch_version, **params)
         out.json(table) if json else out.show(*render_shapes.size_table(table))
         return 0 if table.ok else 1
 
@@ -148,7 +160,7 @@ def command(
 
     from layerlab.shapes import explain
 
-    ex = explain(spec.name, shape, **params)
+    ex = explain(spec.name, shape, torch_version=torch_version, **params)
     out.json(ex) if json else out.show(*render_shapes.explanation(ex))
     return 0 if ex.ok else 1
 
@@ -208,7 +220,8 @@ def _check_positive(params: Dict[str, Any]) -> None:
             raise UsageError(f"{flag} must be ≥ 1, got {value}", where=flag, expected="an integer ≥ 1", got=value)
 
 
-def _run_chain(out, chain: str, input: Optional[str], params: Dict[str, Any]) -> int:
+def _run_chain(out, chain: str, input: Optional[str], params: Dict[str, Any],
+               torch_version: Optional[str] = None) -> int:
     from layerlab.cli import render_shapes
     from layerlab.shapes.chain import explain_chain, parse_chain
 
@@ -228,6 +241,6 @@ def _run_chain(out, chain: str, input: Optional[str], params: Dict[str, Any]) ->
         channels = stages[0].params.get("in_channels", 3 if len(size_arg.dims) > 1 else 1)
         dims = size_arg.dims * 2 if len(size_arg.dims) == 1 else size_arg.dims
         shape = (1, channels) + tuple(dims)
-    result = explain_chain(shape, stages)
+    result = explain_chain(shape, stages, torch_version=torch_version)
     out.json(result) if out.json_mode else out.show(*render_shapes.chain(result))
     return 0 if result.ok else 1

@@ -29,6 +29,9 @@ OnlyOpt = Annotated[Optional[str], typer.Option(
 SlowCapOpt = Annotated[int, typer.Option(
     "--slow-cap", min=0, metavar="N",
     help="Largest Jacobian (elements) slow-mode gradcheck may build to confirm a failure.")]
+NoAutoReferenceOpt = Annotated[bool, typer.Option(
+    "--no-auto-reference",
+    help="Without a reference, do not compare a layer that mirrors a torch.nn layer (MyGRUCell) with that layer.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the numbers of passing checks too.")]
 CompileBackendOpt = Annotated[str, typer.Option(
     "--compile-backend", metavar="NAME",
@@ -45,6 +48,7 @@ def command(
     seed: SeedOpt = None,
     verbose: VerboseOpt = False,
     compile_backend: CompileBackendOpt = "inductor",
+    no_auto_reference: NoAutoReferenceOpt = False,
     allow_import: AllowImportOpt = False,
     json: JsonOpt = False,
 ) -> int:
@@ -71,13 +75,15 @@ def command(
         return _run_all(out, deep=deep, seed=seed or 0, only=checks, slow_cap=slow_cap, verbose=verbose,
                         compile_backend=compile_backend)
     resolved = resolve(target, seed=seed, allow_import=allow_import, strict=True, example="layerlab gradcheck lstm")
-    report = targets.verify_resolved(resolved, deep=deep, only=checks, slow_cap=slow_cap,
-                                     compile_backend=compile_backend)
+    from layerlab.cli import render_gradcheck
+
+    with render_gradcheck.check_progress(out.err) as advance:  # stderr: never mixed into --json stdout
+        report = targets.verify_resolved(resolved, deep=deep, only=checks, slow_cap=slow_cap,
+                                         compile_backend=compile_backend, auto_reference=not no_auto_reference,
+                                         progress=advance)
     if out.json_mode:
         out.json(report)
     else:
-        from layerlab.cli import render_gradcheck
-
         out.show(*render_gradcheck.report(report, verbose=verbose))
     return 0 if report.ok else 1
 

@@ -35,6 +35,8 @@ def report(r: ExportReport, strict: bool = False) -> List[Any]:
                                                    f"atol {s.get('atol', 0):g} (integers exactly)") + "[/]"))
     if s.get("variants"):
         parts.append(Text.from_markup("[dim]" + escape("other inputs tried: " + ", ".join(s["variants"])) + "[/]"))
+    for note in s.get("notes", []):  # e.g. a constant eager output, and what was done about it
+        parts.append(Text.from_markup(f"[yellow]note:[/] {escape(note)}"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("path", no_wrap=True)
     table.add_column("result", no_wrap=True)

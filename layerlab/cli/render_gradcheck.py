@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Dict, List
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, Iterator, List
 
 from rich.markup import escape
 from rich.padding import Padding
@@ -83,8 +84,7 @@ def _numbers(c: CheckResult) -> List[str]:
                    f"d{r['tensor']}: analytical {r['analytical']:.6g}, numerical {r['numerical']:.6g}, "
                    f"|diff| {r['abs_diff']:.3g} ≤ {r['allowed']:.3g}")
     if "directional" in d:
-        out.append(f"tolerances: eps {d['eps']:g}, atol {d['atol']:g}·Σu·Σv, rtol {d['rtol']:g}; Jacobian "
-                   f"{d['jacobian_elements']:,} elements (slow-mode cap {d['slow_cap']:,})")
+        out.extend(_gradcheck_notes(d))
     for s in d.get("slow", []):
         out.append(f"slow mode on {s['tensor']}: " + (s.get("message", "") if s.get("ran") else f"skipped, {s['reason']}"))
     for leak in d.get("leaks", [])[:4]:
@@ -110,6 +110,29 @@ def _numbers(c: CheckResult) -> List[str]:
     if "formula" in d and d["formula"].get("predicted"):
         f = d["formula"]
         out.append(f"formula {f['call']}: predicted {f['predicted']}, got {f['actual']}")
+    return out
+
+
+def _gradcheck_notes(d: Dict[str, Any]) -> List[str]:
+    """Tolerances, low-precision ops and coverage of the numerical gradient check."""
+    out = []
+    if isinstance(d["atol"], list):  # low precision: one measured atol per output
+        atol = ", ".join(f"{a:.3g}" for a in d["atol"][:4])
+        out.append(f"tolerances: eps {d['eps']:g} and {4 * d['eps']:g}, atol {atol}, rtol {d['rtol']:g}, "
+                   "plus 4× the spread between the two steps")
+    else:
+        out.append(f"tolerances: eps {d['eps']:g}, atol {d['atol']:g}·Σu·Σv, rtol {d['rtol']:g}; Jacobian "
+                   f"{d['jacobian_elements']:,} elements (slow-mode cap {d['slow_cap']:,})")
+    low = d.get("low_precision")
+    if low:
+        ops = "; ".join(f"{o['op']} → {o['dtype']} at {o['source'] or '?'}" + (f" ×{o['count']}" if o["count"] > 1 else "")
+                        for o in low["ops"][:6])
+        out.append(f"computes in {low['dtype']} inside the float64 run: {ops}")
+    cov = d.get("coverage") or {}
+    if cov.get("sampled"):
+        left = ", ".join(cov["not_checked"][:6]) + (" …" if cov["not_checked_count"] > 6 else "")
+        out.append(f"checked {cov['tensors_checked']} of {cov['tensors_total']} tensors "
+                   f"(≤ {cov['max_entries_per_tensor']:,} entries each); not checked: {left}")
     return out
 
 
@@ -144,6 +167,27 @@ def matrix(m: MatrixReport, verbose: bool = False) -> List[Any]:
     parts.append(Text.from_markup(f"{C.verdict(m.ok)}: {len(m.reports)} layer{'s' if len(m.reports) != 1 else ''}, {len(failed)} failed  "
                                   f"[dim]({m.seconds:.1f} s)[/]"))
     return parts
+
+
+@contextlib.contextmanager
+def check_progress(console) -> Iterator[Callable[[str, int, int], None]]:
+    """A transient progress bar on ``console`` (stderr) for one layer's long checks (a big model's
+    gradcheck: one step per tensor); yields the ``progress(what, i, n)`` callback (``n`` sets the
+    bar's length, which changes from one check to the next)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if not console.is_terminal:  # a pipe or a file: no bar, and not even its closing newline
+        yield lambda what, i, n: None
+        return
+    bar = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                   TimeElapsedColumn(), console=console, transient=True)
+    task = bar.add_task("", total=None)
+
+    def advance(what: str, i: int, n: int) -> None:
+        bar.update(task, completed=i, total=n, description=what)
+
+    with bar:
+        yield advance
 
 
 def progress(console, total: int) -> ContextManager[Callable[[str, int, int], None]]:

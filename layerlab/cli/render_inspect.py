@@ -4,7 +4,8 @@ Tables are laid out to read at 100 columns: the forward table (one row per modul
 sub-row per extra element of a tuple/dict output: first input, output, value statistics, and
 flags for NaN/Inf, an unusual dtype·device or an output whose requires_grad differs from the
 rest), the backward table (gradient norms per call), parameter gradients, formula checks,
-problems, the failure panel and a summary. ``--wide`` swaps in a forward table with every field
+problems, notes (findings that need no action, each with its reason), the failure panel and a
+summary. ``--wide`` swaps in a forward table with every field
 in its own column (all tensor inputs, dtype, device, requires_grad, grad_fn, params, NaN, Inf).
 """
 
@@ -74,6 +75,8 @@ def param_table(report: InspectReport) -> Optional[Table]:
     t.add_column("", overflow="fold")
     for p in report.params:
         flags = " ".join(f"[{_PARAM_FLAG_STYLE.get(f, 'yellow')}]{f}[/]" for f in p.flags)
+        if p.expected:  # small or zero by construction: see the notes
+            flags = "[dim]" + " ".join(p.flags) + " (expected)[/]"
         if not p.trainable:
             flags = "[dim]frozen[/]"
         t.add_row(escape(p.name), shape(p.shape), num(p.norm),
@@ -110,6 +113,14 @@ def problems_block(report: InspectReport) -> Optional[Group]:
         if p.hint:
             lines.append(Text.from_markup(f"    [cyan]hint:[/] {escape(p.hint)}"))
     return Group(Text("Problems", style="bold"), *lines)
+
+
+def notes_block(report: InspectReport) -> Optional[Group]:
+    """Findings that need no action, each with its reason (gradients zero by construction …)."""
+    if not report.notes:
+        return None
+    lines = [Text.from_markup(f"[cyan]ℹ[/] [bold]{escape(n.code)}[/] {escape(n.message)}") for n in report.notes]
+    return Group(Text("Notes", style="bold"), *lines)
 
 
 def failure_panel(report: InspectReport) -> Optional[Panel]:
@@ -213,7 +224,8 @@ def summary(report: InspectReport) -> Table:
     errors, warnings = len(report.errors) + (report.failure is not None), len(report.warnings)
     t.add_row("problems", (f"[bold red]{errors} error{'s' * (errors != 1)}[/]" if errors else "0 errors")
               + (" (the failure above)" if report.failure is not None and errors == 1 else "") + ", "
-              + (f"[yellow]{warnings} warnings[/]" if warnings else "0 warnings"))
+              + (f"[yellow]{warnings} warnings[/]" if warnings else "0 warnings")
+              + (f", {len(report.notes)} note{'s' * (len(report.notes) != 1)}" if report.notes else ""))
     if report.ops is not None:
         t.add_row("ops", f"{len(report.ops)} op{'s' * (len(report.ops) != 1)} of the model's own code recorded")
     timing = report.timing
@@ -237,7 +249,7 @@ def render(report: InspectReport, depth: Optional[int] = None, title: Optional[s
     if failure is not None:
         parts += [Text(""), failure]
     for part in (backward_table(report, depth), param_table(report) if report.backward.ran else None,
-                 checks_table(report), problems_block(report)):
+                 checks_table(report), problems_block(report), notes_block(report)):
         if part is not None:
             parts += [Text(""), part]
     parts += [Text(""), Text("Summary", style="bold"), summary(report)]

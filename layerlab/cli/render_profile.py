@@ -37,6 +37,11 @@ def flops(n: Optional[float]) -> str:
     return str(int(n))
 
 
+def _flops_cell(n: float, not_counted: dict) -> str:
+    """FLOPs, with a ``+`` when some compute op ran uncounted (the number is a lower bound)."""
+    return flops(n) + ("+" if not_counted else "")
+
+
 def _fold(rows: List[ProfileRow], depth: Optional[int]) -> List[ProfileRow]:
     """Rows down to ``depth``; a hidden row's self values go to its nearest shown ancestor."""
     if depth is None:
@@ -61,6 +66,7 @@ def _fold(rows: List[ProfileRow], depth: Optional[int]) -> List[ProfileRow]:
         t.flops_backward += r.flops_backward
         t.activation_bytes += r.activation_bytes
         t.param_bytes += r.param_bytes
+        t.flops_not_counted = {**t.flops_not_counted, **r.flops_not_counted}  # only read for the "+" mark
     return [shown[i] for i in sorted(shown)]
 
 
@@ -83,10 +89,12 @@ def report(r: ProfileReport, depth: Optional[int] = None, top: Optional[int] = N
     for x in rows:
         name = x.label if x.path == "" else ("  " * x.depth + x.label.rsplit(".", 1)[-1])
         table.add_row(escape(name), escape(x.class_name), ms(x.forward_s), ms(x.backward_s) if r.backward else "—",
-                      f"{100 * x.share:.1f}%", flops(x.flops_forward), size(x.activation_bytes), size(x.param_bytes))
+                      f"{100 * x.share:.1f}%", _flops_cell(x.flops_forward, x.flops_not_counted),
+                      size(x.activation_bytes), size(x.param_bytes))
     t = r.totals
     table.add_row("[bold]total[/]", "", ms(t["forward_s"]), ms(t["backward_s"]) if r.backward else "—", "100%",
-                  flops(t["flops_forward"]), size(t["activation_bytes"]), size(t["param_bytes"]))
+                  _flops_cell(t["flops_forward"], r.flops_not_counted), size(t["activation_bytes"]),
+                  size(t["param_bytes"]))
     parts.append(table)
     parts.append(Text.from_markup(
         "[dim]self time and forward FLOPs (children have their own rows; backward FLOPs "

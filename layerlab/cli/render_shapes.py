@@ -15,6 +15,7 @@ from layerlab.shapes.chain import ChainResult
 from layerlab.shapes.inverse import InverseResult
 from layerlab.shapes.result import Explanation
 from layerlab.shapes.table import SizeTable
+from layerlab.shapes.torch_version import MEASURED
 
 
 def _notes(ex: Explanation) -> List[Any]:
@@ -40,6 +41,19 @@ def _error(ex: Explanation) -> Panel:
     return Panel("\n".join(lines), title="torch would raise", border_style="red", expand=False)
 
 
+def _torch_line(ex: Explanation) -> List[Any]:
+    """Which torch the prediction is for — shown only when it is not simply the installed,
+    measured one (the common case stays as it was)."""
+    rules = ex.torch_rules
+    if rules is None or (rules.source == "installed" and rules.measured):
+        return []
+    why = {"given": "as asked", "assumed": "torch is not installed", "installed": "the installed torch"}[rules.source]
+    text = f"predicted for torch {rules.version} ({why})"
+    if not rules.measured:
+        text += f"; the rules were measured on torch {', '.join(MEASURED)} only"
+    return [Text(text, style="dim")]
+
+
 def explanation(ex: Explanation) -> List[Any]:
     """Header, one row per dim (formula, numbers, result), the notes, and the error if any."""
     parts: List[Any] = [
@@ -48,6 +62,7 @@ def explanation(ex: Explanation) -> List[Any]:
             + (f"[bold green]{shape(ex.output_shape)}[/]" if ex.ok else "[bold red]error[/]")
         )
     ]
+    parts.extend(_torch_line(ex))
     if ex.steps:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("dim", "in", "values", "formula", "with the numbers", "out"):

@@ -39,6 +39,7 @@ _SCHEMA = re.compile(r"^[\w.:]*\(.*\) -> .*:$")  # TorchScript prints the op sch
 _UNIT = re.compile(r" \(of Python compilation unit at: 0x[0-9a-fA-F]+\)")
 _MANGLE = re.compile(r"___torch_mangle_\d+\.")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TRACE_TYPE = re.compile(r"^(.*Tracer cannot infer type of [\w.]+)\(.*$")
 
 
 def first_line(exc: BaseException) -> str:
@@ -60,6 +61,7 @@ def first_line(exc: BaseException) -> str:
         if violation:
             pick = violation.split(". ", 1)[0]
     pick = _MANGLE.sub("", _UNIT.sub("", pick)).rstrip(": ").strip()
+    pick = _TRACE_TYPE.sub(r"\1", pick)  # the type, not the repr of every tensor it holds
     if len(pick) > 240:
         pick = pick[:237] + "…"
     name = type(exc).__name__

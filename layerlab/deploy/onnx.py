@@ -49,10 +49,13 @@ def onnx(ctx: Context) -> PathResult:
             with torch.no_grad():
                 run = _export_dynamo(module, pos, kw) if dynamo else _export_legacy(module, pos, kw)
         except Exception as exc:
+            from layerlab.deploy.hints import output_hint
+
             return PathResult("onnx", Status.FAIL, f"torch.onnx.export raised: {first_line(exc)}",
                               where=user_location(str(exc)), rtol=ctx.rtol, atol=ctx.atol,
-                              hint="an op without an ONNX translation, or a graph torch.export cannot capture "
-                                   "(see the export column)",
+                              hint=output_hint(exc, ctx.eager_out, "onnx")
+                              or "an op without an ONNX translation, or a graph torch.export cannot capture "
+                                 "(see the export column)",
                               details=dict(details, exception=type(exc).__name__, message=str(exc)[:2000]))
         try:
             got = run(pos, kw)

@@ -36,7 +36,11 @@ def _result(ctx: Context, path: str, status: Status, reason: str, **kw: Any) -> 
 
 
 def _raised(ctx: Context, path: str, exc: BaseException, what: str, hint: Optional[str] = None) -> PathResult:
+    """A FAIL from ``exc``; an output torch cannot flatten or trace overrides the path's usual ``hint``."""
+    from layerlab.deploy.hints import output_hint
+
     innermost = "first" if path in ("script", "trace") else "last"
+    hint = output_hint(exc, ctx.eager_out, path) or hint
     return _result(ctx, path, Status.FAIL, f"{what}: {first_line(exc)}", where=user_location(str(exc), innermost),
                    hint=hint, details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
 

@@ -108,7 +108,8 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
             reason = f"eager forward raised {first_line(exc)}"
             results = [PathResult(p, Status.FAIL, reason) for p in selected]
             return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
-        ctx.variants = make_variants(module, args, seed=seed, batch_dims=batch_dims, tags=tags)
+        constant = _constant_eager(ctx, settings, seed)
+        ctx.variants = make_variants(ctx.module, args, seed=seed, batch_dims=batch_dims, tags=tags)
         settings["variants"] = [v.description for v in ctx.variants]
         results: List[PathResult] = []
         for name in selected:
@@ -122,9 +123,48 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
 
                 results.append(PathResult(name, Status.FAIL, f"layerlab's check raised {first_line(exc)}",
                                           hint="LAYERLAB_DEBUG=1 shows the traceback"))
+        from layerlab.deploy.vacuous import mark_reinitialised, mark_vacuous
+
+        if constant is not None:
+            mark_vacuous(results, constant)
+        elif settings.get("reinitialised"):
+            mark_reinitialised(results, settings["reinitialised"])
     finally:
         torch.set_num_threads(previous)
     return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
+
+
+def _constant_eager(ctx, settings: Dict[str, Any], seed: int) -> Optional[str]:
+    """If eager's output is constant, swap in a copy whose all-zero parameters are re-initialised
+    (when that makes the output vary) and say so in ``settings["notes"]``; return the constant
+    when the comparisons stay vacuous, else ``None``."""
+    import torch
+
+    from layerlab.deploy.vacuous import REINIT_STD, constant_output, describe_params, reinitialised, zero_parameters
+
+    constant = constant_output(ctx.eager_out)
+    if constant is None:
+        return None
+    notes = settings.setdefault("notes", [])
+    zeros = zero_parameters(ctx.module)
+    if zeros:
+        twin = reinitialised(ctx.module, zeros, seed)
+        with torch.no_grad():
+            twin_out = twin.eval()(*ctx.split()[0], **ctx.split()[1])
+        if constant_output(twin_out) is None:
+            ctx.module, ctx.eager_out = twin, twin_out
+            ctx.__dict__.pop("_eager", None)  # eager runs of the variants use the copy too
+            settings["reinitialised"] = zeros
+            notes.append(f"the layer's output is constant ({constant}) on the example, so matching it would prove "
+                         f"nothing: every path was checked on a copy whose all-zero parameters "
+                         f"({describe_params(zeros)}) were re-initialised from N(0, {REINIT_STD}²), seed {seed}")
+            return None
+        notes.append(f"the layer's output is constant ({constant}); re-initialising its all-zero parameters "
+                     f"({describe_params(zeros)}) did not change that")
+    else:
+        notes.append(f"the layer's output is constant ({constant}) and no parameter is all zeros to re-initialise")
+    settings["constant_output"] = constant
+    return constant
 
 
 def _describe(value: Any) -> Any:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from layerlab.checks.case import Arg, Case, batch_layout, flatten, has_batch_first, is_mask_name, map_tensors
+from layerlab.checks.case import Arg, Case, batch_layout, flatten, has_batch_first, is_mask_name, map_tensors, seed_for
 
 __all__ = ["Variant", "make_variants"]
 
@@ -82,7 +82,7 @@ def make_variants(module: nn.Module, args: Sequence[Arg], *, seed: int = 0,
     case = Case(module=module, args=list(args), target="", tags=tags, batch_dims=dict(batch_dims or {}))
     B, dims = batch_layout(case, args)
     out: List[Variant] = []
-    gen = torch.Generator().manual_seed(int(seed) * 7919 + 101)
+    gen = torch.Generator().manual_seed(seed_for(seed, 101))
     if B:
         out.append(Variant("batch", f"batch {B + 1} (was {B})", _map(args, lambda n, t: _resize(
             t, {dims[id(t)]: B + 1} if dims.get(id(t)) is not None else {}, _fresh(n, t) and dims.get(id(t)) is not None,

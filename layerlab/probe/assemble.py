@@ -8,9 +8,10 @@ arrive).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from layerlab.errors import Problem
 from layerlab.probe.formula import check_call
@@ -32,6 +33,8 @@ def fill_tensor_stats(recorder: Recorder, infos: Sequence[TensorInfo]) -> None:
 def formula_checks(recorder: Recorder) -> List[FormulaCheck]:
     checks = []
     for record, module in zip(recorder.calls, recorder.modules):
+        if any(i.nested for i in record.inputs):  # ragged sizes: no formula to check them against
+            continue
         check = check_call(record, module)
         if check is not None:
             checks.append(check)
@@ -53,6 +56,8 @@ def param_records(
     """
     if named is None:
         named = list(module.named_parameters())
+    # a lazy module whose forward never ran (an earlier layer raised) has no sizes yet
+    named = [(n, p) for n, p in named if not is_lazy(p)]
     tensors = [p for _, p in named]
     grad_norms: List[Optional[float]] = [None] * len(named)
     if grads is None:
@@ -204,14 +209,20 @@ def first_nonfinite_backward(calls: List[CallRecord]) -> Optional[Problem]:
     return None
 
 
-def activation_grad_problems(calls: List[CallRecord], scale: float, vanish: float, explode: float) -> List[Problem]:
-    """One problem for the first call (backward order) whose output gradient vanishes or explodes."""
+def activation_grad_problems(calls: List[CallRecord], scale: float, vanish: float, explode: float,
+                             expected: Optional[Callable[[CallRecord], bool]] = None) -> List[Problem]:
+    """One problem for the first call (backward order) whose output gradient vanishes or explodes.
+
+    ``expected(call)``: whether a small gradient at that call is explained (passed over).
+    """
     problems = []
     done = sorted((c for c in calls if c.end is not None), key=lambda c: c.end, reverse=True)
     for kind, test in (("vanishing", lambda g: 0 < g < vanish * scale), ("exploding", lambda g: g > explode * scale)):
         for call in done:
             norms = [o.grad.norm for o in call.outputs if o.grad is not None and o.grad.finite]
             if norms and any(test(g) for g in norms):
+                if kind == "vanishing" and expected is not None and expected(call):
+                    continue
                 problems.append(Problem(
                     f"{kind}-activation-grad",
                     f"the gradient reaching the output of {_name(call)} is {kind}: ‖grad‖ = {max(norms):.3g} "
@@ -222,6 +233,40 @@ def activation_grad_problems(calls: List[CallRecord], scale: float, vanish: floa
     return problems
 
 
+def explain_gradients(
+    problems: List[Problem], params: List[ParamRecord], recorder: Recorder, module: torch.nn.Module,
+    scale: float, vanish: float, explode: float,
+) -> Tuple[List[Problem], List[Problem]]:
+    """Take the gradients that are small or zero by construction out of the warnings.
+
+    Returns ``(problems, notes)``: parameters explained by a rule of
+    :mod:`~layerlab.probe.gradient_causes` (key bias, bias before a batch-statistics norm, layer
+    scale) lose their warning and get one note per rule; a vanishing activation gradient inside a
+    layer-scaled block is passed over; the zero-gradient warnings upstream of the place where the
+    gradient stops become one finding (:mod:`~layerlab.probe.gradient_root`).
+    """
+    from layerlab.probe import gradient_causes as causes
+    from layerlab.probe.gradient_root import fold_zero_grads
+
+    view = causes.View(module, recorder.calls, recorder.modules)
+    explained = causes.explain_params(params, view, scale, vanish)
+    names = {e.param for e in explained}
+    kept = [p for p in problems if not (p.code in ("vanishing", "zero-grad") and p.where in names)]
+    notes = causes.notes_for(explained)
+
+    def in_scaled_block(call: CallRecord) -> bool:
+        found = causes.scaled_block(call.path, view, scale, vanish)
+        norms = [o.grad.norm for o in call.tensor_outputs if o.grad is not None and o.grad.finite]
+        return found is not None and min(norms) / found[2] >= vanish * scale
+
+    if any(p.code == "vanishing-activation-grad" for p in kept):
+        again = activation_grad_problems(recorder.calls, scale, vanish, explode, expected=in_scaled_block)
+        kept = [p for p in kept if p.code != "vanishing-activation-grad"]
+        kept += [p for p in again if p.code == "vanishing-activation-grad"]
+    kept, root_notes = fold_zero_grads(kept, params, recorder.calls, recorder.modules)
+    return kept, notes + root_notes
+
+
 def output_grad_scale(outputs: List[TensorInfo]) -> Optional[float]:
     norms = [o.grad.norm for o in outputs if o.grad is not None and o.grad.finite]
     return sum(g * g for g in norms) ** 0.5 if norms else None
@@ -230,6 +275,10 @@ def output_grad_scale(outputs: List[TensorInfo]) -> Optional[float]:
 def totals(
     module: torch.nn.Module, named: Optional[List[Tuple[str, torch.nn.Parameter]]] = None
 ) -> Tuple[int, int]:
-    """All and trainable parameter counts (``named``: ``list(module.named_parameters())`` if known)."""
+    """All and trainable parameter counts (``named``: ``list(module.named_parameters())`` if known).
+
+    A lazy parameter that was never materialised (its module never ran) counts as 0.
+    """
     params = [p for _, p in named] if named is not None else list(module.parameters())
+    params = [p for p in params if not is_lazy(p)]
     return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)

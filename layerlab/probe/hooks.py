@@ -11,6 +11,12 @@ its statistics are computed once, and one tensor hook records the norm of the gr
 reaches it. A ``Sequential``'s output is its last child's output, and a module's input is mostly
 the previous module's output, so most inputs cost nothing.
 
+Two kinds of module need care. A lazy module (``nn.LazyLinear``) has no parameter sizes before
+its first forward: its parameters count as 0 when the hooks go on, and the call's counts are taken
+again when it returns (its own pre-hook has materialised them by then). A nested tensor (the
+fast path of ``nn.TransformerEncoder`` in eval mode with a padding mask) has no ``.shape``: its
+ragged dimensions are described as ``None`` and ``TensorInfo.nested`` is set.
+
 Nothing here keeps a tensor alive after the call that saw it: slots hold weak references, and
 the inputs of running calls are released when the call returns. Gradient hooks are tensor hooks,
 not ``register_full_backward_hook`` (which wraps every output in an extra autograd node, changes
@@ -25,6 +31,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from layerlab.probe.report import CallRecord, TensorInfo
 from layerlab.probe.stats import grad_norm, tensor_stats
@@ -88,6 +95,24 @@ def _version(t: torch.Tensor) -> int:
         return t._version
     except RuntimeError:  # inference tensors have no version counter
         return -1
+
+
+def _numel(p: torch.Tensor) -> int:
+    """``p.numel()``, or 0 for a lazy module's parameter not materialised yet."""
+    return 0 if is_lazy(p) else p.numel()
+
+
+def nested_shape(t: torch.Tensor) -> List[Optional[int]]:
+    """The sizes of a nested tensor: an int where every component agrees, ``None`` where they
+    differ (a ragged dimension: ``[2, None, 16]`` for sequences of lengths 5 and 3)."""
+    sizes: List[Optional[int]] = []
+    for dim in range(t.dim()):
+        try:
+            size = t.size(dim)
+        except RuntimeError:  # strided layout: a ragged dimension has no single size
+            size = None
+        sizes.append(size if isinstance(size, int) else None)  # jagged layout: a SymInt
+    return sizes
 
 
 def _holds_tensors(values) -> bool:
@@ -164,6 +189,7 @@ class Recorder:
         self._slots: Dict[int, Tuple[Any, int, int]] = {}
         self._counts: Dict[int, int] = {}
         self._info: Dict[int, Tuple[str, int, int, int]] = {}
+        self._lazy: Dict[int, Tuple[Any, ...]] = {}  # id → parameters, for modules with lazy ones
         self._handles: list = []
         self._ended = 0
         self.trace = None  # an OpTrace of the same run: paused while the hooks do their own work
@@ -175,13 +201,15 @@ class Recorder:
             named_modules = list(self.root.named_modules())
         subtree: Dict[int, Dict[int, torch.nn.Parameter]] = {}
         for path, module in named_modules:
-            params = _subtree_params(module, subtree).values()
+            params = tuple(_subtree_params(module, subtree).values())
             self._info[id(module)] = (
                 path,
                 path.count(".") + 1 if path else 0,
-                sum(p.numel() for p in params),
-                sum(p.numel() for p in params if p.requires_grad),
+                sum(_numel(p) for p in params),
+                sum(_numel(p) for p in params if p.requires_grad),
             )
+            if any(is_lazy(p) for p in params):  # counted again when the call returns
+                self._lazy[id(module)] = params
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post, with_kwargs=True))
 
@@ -222,9 +250,11 @@ class Recorder:
         if slot is None:
             slot = self._new_slot(value, producer)
         fn = value.grad_fn
+        nested = value.is_nested
         return TensorInfo(
             name=name,
-            shape=list(value.shape),
+            shape=nested_shape(value) if nested else list(value.shape),
+            nested=nested,
             dtype=dtype_name(value.dtype),
             device=device_name(value.device),
             requires_grad=value.requires_grad,
@@ -279,6 +309,10 @@ class Recorder:
             record = self.calls[index]
             record.outputs = [self._describe(n, v, index) for n, v in flatten(output, "")]
             record.status = "ok"
+            lazy = self._lazy.get(id(module))
+            if lazy is not None:  # materialised by now (a lazy module's own pre-hook ran first)
+                record.params = sum(_numel(p) for p in lazy)
+                record.trainable = sum(_numel(p) for p in lazy if p.requires_grad)
             record.end = self._ended
             self._ended += 1
             self.live.pop(index, None)

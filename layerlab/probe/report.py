@@ -68,6 +68,9 @@ class TensorInfo:
             was made outside any module call: a model input or a functional op in a forward).
         grad: the gradient of the loss w.r.t. this tensor (summed over all its uses), once
             backward ran; ``None`` when it got none.
+        nested: a nested tensor (``torch.nested``; ``nn.TransformerEncoder``'s fast path makes
+            one): ``shape`` holds ``None`` for each ragged dimension, and ``stats`` cover the
+            elements of its components (no padding).
     """
 
     name: str
@@ -81,6 +84,7 @@ class TensorInfo:
     value: Any = None
     source: Optional[int] = None
     slot: Optional[int] = None
+    nested: bool = False
 
     @property
     def is_tensor(self) -> bool:
@@ -133,7 +137,8 @@ class ParamRecord:
 
     ``grad_norm`` is ``None`` when the parameter received no gradient at all. ``flags``:
     ``no-grad`` (trainable but unused or on a detached path), ``zero-grad`` (gradient exactly 0),
-    ``vanishing``, ``exploding``, ``nan``, ``inf``.
+    ``vanishing``, ``exploding``, ``nan``, ``inf``. ``expected`` says why a ``zero-grad`` or
+    ``vanishing`` flag is expected by construction (then no warning is raised for it).
     """
 
     name: str
@@ -149,6 +154,7 @@ class ParamRecord:
     grad_nan: bool = False
     grad_inf: bool = False
     flags: List[str] = field(default_factory=list)
+    expected: Optional[str] = None
 
 
 @dataclass
@@ -341,7 +347,9 @@ class InspectReport:
     """Everything ``layerlab.inspect`` saw: calls, parameters, formula checks, problems, failure.
 
     ``ok`` is true when nothing raised, every formula check that ran passed and no problem has
-    severity ``error`` (NaN/Inf values or gradients).
+    severity ``error`` (NaN/Inf values or gradients). ``notes`` (severity ``info``) are findings
+    that are expected and need no action, each saying why: gradients that are zero or tiny by
+    construction (see :mod:`layerlab.probe.gradient_causes`), or a zero-initialised head.
     """
 
     model: str
@@ -358,6 +366,7 @@ class InspectReport:
     total_params: int = 0
     trainable_params: int = 0
     timing: Dict[str, float] = field(default_factory=dict)
+    notes: List[Problem] = field(default_factory=list)
     schema: int = SCHEMA_VERSION
 
     @property

@@ -89,7 +89,9 @@ def inspect(
     flags = [(m, m.training) for _, m in named_modules]
     # a train-mode forward updates BatchNorm's running statistics: put them back on the way out,
     # so that inspecting a model leaves it as it was (buffers are small next to the activations)
-    buffers = [(b, b._version, b.detach().clone()) for b in module.buffers() if not b.is_inference()]
+    # (a lazy module's buffers have no values before its first forward: nothing to put back)
+    buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()
+               if not torch.nn.parameter.is_lazy(b) and not b.is_inference()]
     recorder = Recorder(module, stats=stats, grads=backward)
     trace = None
     if ops:
@@ -300,7 +302,7 @@ def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
     params = A.param_records(
         module, back["grads"] if back else None, scale=scale, vanish=vanish, explode=explode, named=named
     )
-    problems = []
+    problems, notes = [], []
     first_nan = A.first_nonfinite_forward(recorder.calls)
     if first_nan is not None:
         problems.append(first_nan)
@@ -310,6 +312,7 @@ def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
             problems.append(bad_grad)
         problems += A.activation_grad_problems(recorder.calls, scale, vanish, explode)
         problems += A.param_problems(params, recorder.calls, vanish, explode)
+        problems, notes = A.explain_gradients(problems, params, recorder, module, scale, vanish, explode)
     total, trainable = A.totals(module, named)
     return InspectReport(
         model=type(module).__name__,
@@ -320,6 +323,7 @@ def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
         params=params,
         checks=A.formula_checks(recorder),
         problems=problems,
+        notes=notes,
         backward=info,
         failure=failure,
         total_params=total,

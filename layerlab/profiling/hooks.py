@@ -132,6 +132,7 @@ class StepProbe:
         self.node_f: List[int] = []
         self.saved_bytes: Dict[int, int] = {}
         self._saved_seen: set = set()
+        self._node_running: Optional[int] = None
 
     def install(self) -> None:
         for module in self.root.modules():
@@ -253,14 +254,23 @@ class StepProbe:
     def _node_pre(self, j: int, grad_outputs: Any) -> None:
         if self.measure:
             self.node_f[j] = self.flops.get_total_flops()
+            self._node_running = j
         else:
             self.node_t0[j] = self.clock.now()
 
     def _node_post(self, j: int, grad_inputs: Any, grad_outputs: Any) -> None:
         if self.measure:
             self.node_f[j] = self.flops.get_total_flops() - self.node_f[j]
+            self._node_running = None
         else:
             self.node_t1[j] = self.clock.now()
+
+    def current_call(self) -> Optional[int]:
+        """Measure mode: the call whose work is running now (the innermost module call in forward,
+        the owner of the running autograd node in backward), ``None`` outside every call."""
+        if self._node_running is not None:
+            return self.node_owner[self._node_running]
+        return self.stack[-1] if self.stack else None
 
     # -- results ---------------------------------------------------------------------------------
     def times(self) -> Dict[tuple, tuple]:

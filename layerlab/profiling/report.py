@@ -1,7 +1,9 @@
 """Result objects of ``layerlab profile``: plain dataclasses, no formatting (see cli/render_profile).
 
 Times are seconds, medians over the timed repeats; memory is bytes; FLOPs are
-:class:`torch.utils.flop_counter.FlopCounterMode`'s (a multiply-add counts 2).
+:class:`torch.utils.flop_counter.FlopCounterMode`'s (a multiply-add counts 2), with the formulas it
+lacks for fused CPU attention added (:mod:`layerlab.profiling.flops`); compute ops that no formula
+counts are listed in ``flops_not_counted``, never silently counted as 0.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class ProfileRow:
         flops_forward, flops_backward: self FLOPs (children excluded).
         activation_bytes: bytes autograd saved for backward during this call (self; each storage once;
             parameters and buffers excluded).
+        flops_not_counted: compute ops this call ran (self, forward and backward) that no FLOP formula
+            counts, ``{"aten.op": times}``: when not empty, the FLOPs are a lower bound.
         output_bytes: bytes of the tensors this call returned.
         param_bytes: bytes of the parameters this module registers itself (on its first call only,
             so the column adds up to the model's).
@@ -48,6 +52,7 @@ class ProfileRow:
     activation_bytes: int = 0
     output_bytes: int = 0
     param_bytes: int = 0
+    flops_not_counted: Dict[str, int] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -140,6 +145,8 @@ class ProfileReport:
         rows: one per module call, in call order.
         step: the whole step and the profiler's overhead.
         compile, reference: the ``--compile`` and ``--vs-reference`` comparisons.
+        flops_not_counted: ``{"aten.op": times}`` over the whole step: compute ops that ran without
+            a FLOP formula, so the FLOP totals are lower bounds (empty: every compute op counted).
     """
 
     target: str
@@ -158,6 +165,7 @@ class ProfileReport:
     reference: Optional[Comparison] = None
     notes: List[str] = field(default_factory=list)
     seconds: float = 0.0
+    flops_not_counted: Dict[str, int] = field(default_factory=dict)
 
     def row(self, path: str, call: int = 1) -> ProfileRow:
         for r in self.rows:
@@ -194,6 +202,7 @@ class ProfileReport:
             "backward": self.backward,
             "step": to_jsonable(self.step),
             "totals": self.totals,
+            "flops_not_counted": dict(self.flops_not_counted),
             "rows": [dict(to_jsonable(r), label=r.label) for r in self.rows],
             "compile": to_jsonable(self.compile),
             "reference": to_jsonable(self.reference),

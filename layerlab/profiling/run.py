@@ -12,7 +12,9 @@ How it measures (see :mod:`layerlab.profiling.hooks` for the hooks):
 1. ``warmup`` untimed steps (allocator, oneDNN primitives, autograd threads), plain and profiled.
 2. ``repeats`` timed rounds, each one plain step (no hooks: the real cost) and one profiled step
    (hooks), alternating which goes first. Every reported time is a median over the rounds.
-3. One measure step under ``FlopCounterMode`` and a saved-tensors hook: FLOPs and activation bytes.
+3. One measure step under ``FlopCounterMode`` (plus the attention formulas it lacks, see
+   :mod:`layerlab.profiling.flops`) and a saved-tensors hook: FLOPs and activation bytes; compute
+   ops that ran without a formula are listed (``flops_not_counted``) and noted.
 
 A step is ``out = model(*inputs)`` then ``torch.autograd.backward(outs, grads)`` with fixed, seeded
 output gradients; ``.grad`` of every parameter and input is reset to ``None`` between steps, outside
@@ -86,12 +88,17 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
     t_start = time.perf_counter()
     with _threads(threads):
         stepper = Stepper(module, args, seed=seed)
-        rows, step, backward = _measure(stepper, repeats, warmup)
+        rows, step, backward, not_counted = _measure(stepper, repeats, warmup)
         report = ProfileReport(
             target=target, model=class_path(module), device=str(stepper.device), timer=stepper.clock.name,
             threads=torch.get_num_threads(), mode=_mode(module), warmup=warmup, repeats=repeats,
             inputs={a.name: _describe(a.value) for a in args}, backward=backward, rows=rows, step=step,
+            flops_not_counted=not_counted,
         )
+        if not_counted:
+            ops = ", ".join(f"{op} ×{n}" for op, n in sorted(not_counted.items()))
+            report.notes.append(f"FLOPs not counted: {ops} (compute ops without a FLOP formula in "
+                                "torch.utils.flop_counter; the FLOPs of rows marked + are lower bounds)")
         if not backward:
             report.notes.append("forward only: no output requires grad (no trainable parameter or input reaches it)")
         if compile:
@@ -224,10 +231,10 @@ def _measure(stepper: Stepper, repeats: int, warmup: int):
                     for key, value in times.items():
                         per_row.setdefault(key, []).append(value)
                     unattributed.append(result[1] - sum(v[1] for v in times.values()))
-        counts, structure = _count(stepper)
+        counts, structure, uncounted = _count(stepper)
     finally:
         probe.remove()
-    rows = _rows(module, structure, per_row, counts)
+    rows = _rows(module, structure, per_row, counts, uncounted.by_owner)
     med = statistics.median
     step_s = med([f + b for f, b in plain])
     profiled_s = med([f + b for f, b in probed])
@@ -239,19 +246,21 @@ def _measure(stepper: Stepper, repeats: int, warmup: int):
                       rows_sum_s=rows_sum, rows_error=rows_sum / step_s - 1 if step_s else 0.0,
                       unattributed_s=med(unattributed) if unattributed else 0.0,
                       peak_bytes=_peak(stepper), samples_step_s=[f + b for f, b in plain])
-    return rows, step, stepper.backward
+    return rows, step, stepper.backward, dict(uncounted.total)
 
 
 def _count(stepper: Stepper):
-    """One measure step: FLOPs per call and node, saved bytes per call; the call structure."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """One measure step: FLOPs per call and node, saved bytes per call, the compute ops no formula
+    counted (:class:`~layerlab.profiling.flops.UncountedOps`); the call structure."""
+    from layerlab.profiling.flops import UncountedOps, flop_counter
 
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter()
     probe = StepProbe(stepper.module, stepper.clock, flops=counter)
+    uncounted = UncountedOps(counter.flop_registry, probe.current_call)
     probe.install()
     stepper.reset()
     try:
-        with counter:
+        with uncounted, counter:  # uncounted below the counter: it sees what the counter ran
             with probe.saved_tensors():
                 out = stepper.module(*stepper.pos, **stepper.kw)
             outs = _grad_outputs(out)
@@ -261,10 +270,11 @@ def _count(stepper: Stepper):
     finally:
         probe.remove()
         stepper.reset()
-    return probe.counts_per_call(), probe.calls
+    return probe.counts_per_call(), probe.calls, uncounted
 
 
-def _rows(module: torch.nn.Module, calls, per_row: Dict[tuple, List[tuple]], counts: Dict[tuple, tuple]):
+def _rows(module: torch.nn.Module, calls, per_row: Dict[tuple, List[tuple]], counts: Dict[tuple, tuple],
+          not_counted: Dict[Optional[int], Dict[str, int]]):
     named = dict(module.named_modules())
     med = statistics.median
     rows: List[ProfileRow] = []
@@ -289,7 +299,7 @@ def _rows(module: torch.nn.Module, calls, per_row: Dict[tuple, List[tuple]], cou
             forward_incl_s=med([s[2] for s in samples]) if samples else 0.0,
             backward_incl_s=med([s[3] for s in samples]) if samples else 0.0,
             flops_forward=int(f_flops), flops_backward=int(b_flops), activation_bytes=int(saved),
-            output_bytes=int(out_bytes), param_bytes=int(params),
+            output_bytes=int(out_bytes), param_bytes=int(params), flops_not_counted=dict(not_counted.get(i, {})),
         ))
     return rows
 

@@ -16,16 +16,21 @@ that ran. Both raise :class:`~layerlab.errors.UsageError` for unknown ops or par
 
 The input shape is the full tensor shape as torch sees it (batched ``(N, C, *S)`` or unbatched
 ``(C, *S)``); parameters use torch's argument names (``kernel_size``, ``stride``, …).
+
+The answer is the installed torch's (its version is read from the package metadata, torch is
+never imported); ``torch_version="2.13.0"`` asks about another one — see
+:mod:`layerlab.shapes.torch_version` for what differs between versions.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Any, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from layerlab.errors import TorchWouldRaise, UsageError
 from layerlab.shapes.ops import OPS, REQUIRED, OpSpec, resolve
 from layerlab.shapes.result import DimStep, Explanation, ShapeNote
+from layerlab.shapes.torch_version import torch_rules
 
 __all__ = ["explain", "output_shape", "resolve", "Explanation", "DimStep", "ShapeNote", "OPS"]
 
@@ -62,8 +67,13 @@ def format_call(spec: OpSpec, params: dict) -> str:
     return f"{spec.torch_name.split(' ')[0]}({', '.join(shown)})"
 
 
-def explain(op: str, input_shape: Sequence[int], **params: Any) -> Explanation:
-    """Explain ``op(**params)`` applied to a tensor of ``input_shape``; never raises TorchWouldRaise."""
+def explain(op: str, input_shape: Sequence[int], *, torch_version: Optional[str] = None,
+            **params: Any) -> Explanation:
+    """Explain ``op(**params)`` applied to a tensor of ``input_shape``; never raises TorchWouldRaise.
+
+    ``torch_version`` (e.g. ``"2.13.0"``): predict that torch's behaviour instead of the installed one's.
+    """
+    rules = torch_rules(torch_version)
     shape: Tuple[int, ...] = tuple(int(x) for x in input_shape)
     if any(x < 0 for x in shape):
         raise UsageError(
@@ -72,7 +82,8 @@ def explain(op: str, input_shape: Sequence[int], **params: Any) -> Explanation:
         )
     spec = resolve(op, n_spatial=max(len(shape) - 2, 1))
     filled = _fill_params(spec, params)
-    ex = Explanation(op=spec.name, call=format_call(spec, filled), params=filled, input_shape=shape)
+    ex = Explanation(op=spec.name, call=format_call(spec, filled), params=filled, input_shape=shape,
+                     torch_rules=rules)
     try:
         spec.explain_fn(ex, spec, shape, filled)
     except TorchWouldRaise as err:
@@ -81,9 +92,10 @@ def explain(op: str, input_shape: Sequence[int], **params: Any) -> Explanation:
     return ex
 
 
-def output_shape(op: str, input_shape: Sequence[int], **params: Any) -> Tuple[int, ...]:
+def output_shape(op: str, input_shape: Sequence[int], *, torch_version: Optional[str] = None,
+                 **params: Any) -> Tuple[int, ...]:
     """The shape torch returns for ``op(**params)(torch.empty(input_shape))``, or raise like torch."""
-    ex = explain(op, input_shape, **params)
+    ex = explain(op, input_shape, torch_version=torch_version, **params)
     if ex.error is not None:
         raise ex.error
     return ex.output_shape  # type: ignore[return-value]  (explain sets it when error is None)

@@ -114,13 +114,15 @@ class ChainResult:
         }
 
 
-def explain_chain(input_shape: Sequence[int], stages: Sequence[Stage]) -> ChainResult:
-    """Run the stages in order; stop at the first one torch would reject."""
+def explain_chain(input_shape: Sequence[int], stages: Sequence[Stage],
+                  torch_version: Optional[str] = None) -> ChainResult:
+    """Run the stages in order; stop at the first one torch would reject (``torch_version``: see
+    :func:`layerlab.shapes.explain`)."""
     shape = tuple(int(x) for x in input_shape)
     results: List[Explanation] = []
     for stage in stages:
         resolve(stage.op, n_spatial=max(len(shape) - 2, 1))  # unknown names → UsageError first
-        ex = explain(stage.op, shape, **stage.params)
+        ex = explain(stage.op, shape, torch_version=torch_version, **stage.params)
         results.append(ex)
         if ex.output_shape is None:
             return ChainResult(tuple(input_shape), results, None)

@@ -222,7 +222,7 @@ def conv_steps(ex: Explanation, nd: int, spatial: Sequence[int], k, s, d, pads_l
             sub = f"({L} + {pl} + {pr} − {E}) // {si} + 1"
             values.update(p_left=pl, p_right=pr)
             values.pop("p")
-        if mode != "zeros":
+        if mode != "zeros" and (pl or pr):  # with no padding the mode does nothing: not a value of this step
             values["padding_mode"] = mode
         ex.steps.append(DimStep(name, L, formula, sub, out, values))
         outs.append(out)
@@ -254,11 +254,15 @@ def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None
     x = shape
     padding = m.padding
     if m.padding_mode != "zeros":
-        x = pad_nonconstant(x, m.reversed_padding, m.padding_mode, names=spatial_names(nd))
+        x = pad_nonconstant(x, m.reversed_padding, m.padding_mode, names=spatial_names(nd), rules=ex.torch_rules)
         padding = (0,) * nd
-        ex.notes.append(ShapeNote(
-            "info", f"padding_mode={m.padding_mode!r}: F.pad adds the padding ({m.padding_mode}) first, then the "
-                    f"conv runs with padding 0; input {list(shape)} → {list(x)}", severity="info"))
+        if any(m.reversed_padding):
+            ex.notes.append(ShapeNote(
+                "info", f"padding_mode={m.padding_mode!r}: F.pad adds the padding ({m.padding_mode}) first, then "
+                        f"the conv runs with padding 0; input {list(shape)} → {list(x)}", severity="info"))
+        else:  # F.pad still runs (and checks), but adds nothing: no padding step to show
+            ex.notes.append(ShapeNote(
+                "info", f"padding_mode={m.padding_mode!r} changes nothing here: the padding is 0", severity="info"))
     xb, batched = core.batchify(x, nd, f"conv{nd}d", advise)
     if isinstance(padding, str):
         if padding == "same":
@@ -281,8 +285,11 @@ def _pads_lr(m: core.Module, nd: int) -> Optional[List[Tuple[int, int]]]:
             return None
         return [(int(di * (ki - 1) / 2), di * (ki - 1) - int(di * (ki - 1) / 2)) for ki, di in zip(k, d)]
     if m.padding_mode != "zeros":
+        # F.pad's order: the last dim's (left, right) first. A padding tuple longer than nd
+        # (Conv1d(padding=(0, 0))) pads leading dims too; the first 2·nd values still pad the
+        # spatial dims, which the conv then sees.
         r = m.reversed_padding
-        if len(r) != 2 * nd or not all(isinstance(v, int) for v in r):
+        if len(r) < 2 * nd or not all(isinstance(v, int) for v in r):
             return None
         return [(r[2 * (nd - 1 - i)], r[2 * (nd - 1 - i) + 1]) for i in range(nd)]
     if m.padding == "valid":

@@ -17,7 +17,9 @@ Rules (torch 2.13, CPU), in the order torch checks them:
    (``Argument #4/#6/#8: Padding size should be less than the corresponding input dimension …``).
 5. reflect / replicate: error only if **every** padded output size is < 1 (``input (…) is too
    small``); a negative size next to a positive one fails when the tensor is allocated
-   (``Trying to create tensor with negative dimension``).
+   (``Trying to create tensor with negative dimension``). Since torch 2.14 replicate padding of
+   2 or 3 dims fails if **any** size is < 1 (``Calculated output H: … must be >= 1 in every
+   dimension (input H: …)``; change ``replicate-pad-every-dim`` in :mod:`torch_version`).
 6. circular: per dim, **first padded dim first**: ``pad ≤ L`` on both sides (``Padding value causes
    wrapping around more than once.``), then ``L + pl + pr ≥ 0`` (0 is allowed).
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 from layerlab.errors import TorchWouldRaise
+from layerlab.shapes.torch_version import TorchRules, torch_rules
 
 
 def shape_str(shape: Sequence) -> str:
@@ -46,12 +49,14 @@ def negative_dimension(shape: Sequence[int]) -> str:
 
 
 def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
-                    names: Optional[Sequence[str]] = None) -> Tuple[int, ...]:
+                    names: Optional[Sequence[str]] = None, rules: Optional[TorchRules] = None) -> Tuple[int, ...]:
     """The shape of ``F.pad(torch.empty(shape), pads, mode)``; raises like torch.
 
     ``mode`` is ``'reflect'``, ``'replicate'`` or ``'circular'``; ``names`` name the padded dims
-    (``H``, ``W``) in the errors' ``where``.
+    (``H``, ``W``) in the errors' ``where``; ``rules``: the torch version to predict (default: the
+    installed one).
     """
+    rules = rules or torch_rules()
     shape = tuple(shape)
     D, P = len(shape), len(pads)
     if P > 2 * D:
@@ -122,6 +127,14 @@ def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
                     where=where[i], expected=f"padding ≤ {sizes[i] - 1}", got=(pl[i], pr[i]),
                     suggestions=[f"padding ≤ {sizes[i] - 1}", "padding_mode='replicate'"],
                 )
+    if mode == "replicate" and m > 1 and rules.has("replicate-pad-every-dim") and any(o < 1 for o in outs):
+        raise _fail(
+            "RuntimeError", _every_dim_message(sizes, outs),
+            "padding must leave at least one pixel in every padded dim",
+            where=",".join(w for w, o in zip(where, outs) if o < 1), got=outs,
+            hint=f"torch {rules.version}: replicate padding rejects any padded size < 1 (before 2.14 only when "
+                 "every size was < 1)",
+        )
     if all(o < 1 for o in outs):
         if m == 1:
             inp, out = f"W: {sizes[0]}", f"W: {outs[0]}"
@@ -151,6 +164,14 @@ def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
             "negative padding makes a dim negative", where="input", got=list(new_shape),
         )
     return new_shape
+
+
+def _every_dim_message(sizes: Sequence[int], outs: Sequence[int]) -> str:
+    """torch ≥ 2.14's replication_pad2d/3d wording (sic: commas in the input part only)."""
+    labels = "DHW"[3 - len(sizes):]
+    out = " ".join(f"{n}: {o}" for n, o in zip(labels, outs))
+    inp = ", ".join(f"{n}: {v}" for n, v in zip(labels, sizes))
+    return f"Calculated output {out} must be >= 1 in every dimension (input {inp})"
 
 
 def source_index(x: int, L: int, mode: str) -> int:

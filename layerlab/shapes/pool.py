@@ -24,6 +24,7 @@ Where the checks live (every message is torch 2.13's, quoted by the helpers belo
 * MaxPool1d (``return_indices=False``) has its own code path and its own messages (§3.4).
   With ``return_indices=True`` it, like AvgPool1d, runs the 2-D check on ``(N, C, 1, L)``.
 * LPPool is ``avg_pool(x**p)`` (or ``max_pool`` for ``norm_type=±inf``) plus a few Python quirks (§5).
+  ``norm_type=0``: 2.13 fails last (``1/0``), 2.14 first (see torch_version.CHANGES).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from layerlab.shapes.arith import effective_kernel, pool_out
 from layerlab.shapes.fpad import shape_str
 from layerlab.shapes.pool_steps import DIM_NAMES, dim_notes, dim_step, too_small_fixes
 from layerlab.shapes.result import Explanation, ShapeNote
+from layerlab.shapes.torch_version import torch_rules
 
 _WORDS = {1: "one int", 2: "two ints", 3: "three ints"}
 
@@ -354,6 +356,12 @@ def _max_pool1d(ex, shape, k, s, p, d, ceil) -> Tuple[int, ...]:
 def _lp_pool(ex, nd, shape, k, s, ceil, params) -> Tuple[int, ...]:
     """LPPool = avg_pool(x**p)·(window size), then ** (1/p); max_pool(|x|) for p = ±inf (§5)."""
     norm = float(params.get("norm_type", 2.0))
+    rules = ex.torch_rules or torch_rules()
+    if norm == 0 and rules.has("lp-pool-zero-norm-valueerror"):  # _LPPoolNd.__init__, before any other check
+        _raise("norm_type=0 is not a norm: LPPool computes (Σ x^p)^(1/p)",
+               f"norm_type must be a non-zero value, but got {params['norm_type']}", "§5", exc="ValueError",
+               where="norm_type", got=0, suggestions=["norm_type=1 or 2"],
+               hint=f"torch {rules.version} rejects it when the module is built (< 2.14: ZeroDivisionError later)")
     if nd > 1 and isinstance(k, tuple) and len(k) != nd:
         # F.lp_pool2d/3d unpack kernel_size into nd names first.
         msg = (f"not enough values to unpack (expected {nd}, got {len(k)})" if len(k) < nd
@@ -377,7 +385,7 @@ def _lp_pool(ex, nd, shape, k, s, ceil, params) -> Tuple[int, ...]:
                f"mul(): argument 'other' (position 1) must be Tensor, not {type_name}", "§5",
                exc="TypeError", where="kernel_size", got=k,
                suggestions=[f"kernel_size={k[0]}" if k else "kernel_size=…"])
-    if norm == 0:
+    if norm == 0:  # torch < 2.14 only: 2.14 raised above
         _raise("norm_type=0 makes LPPool compute x ** (1/0)", "float division by zero", "§5",
                exc="ZeroDivisionError", where="norm_type", got=0, suggestions=["norm_type=1 or 2"])
     return out

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from layerlab.errors import TorchWouldRaise
+from layerlab.shapes.torch_version import TorchRules
 
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
@@ -56,6 +57,8 @@ class Explanation:
 
     ``output_shape`` is ``None`` when torch would raise; ``error`` then holds the structured
     :class:`~layerlab.errors.TorchWouldRaise` and ``steps`` the arithmetic that ran before it.
+    ``torch_rules`` is the torch version whose behaviour was predicted (the installed one unless
+    the caller chose another); ``None`` only for explanations built by hand.
     """
 
     op: str
@@ -66,6 +69,7 @@ class Explanation:
     steps: List[DimStep] = field(default_factory=list)
     notes: List[ShapeNote] = field(default_factory=list)
     error: Optional[TorchWouldRaise] = None
+    torch_rules: Optional[TorchRules] = None
 
     @property
     def ok(self) -> bool:
@@ -87,4 +91,5 @@ class Explanation:
             "steps": self.steps,
             "notes": self.notes,
             "error": None if self.error is None else self.error.to_dict(),
+            "torch": None if self.torch_rules is None else self.torch_rules.to_dict(),
         }

@@ -79,13 +79,15 @@ def _keep_size(family: str, params: Dict[str, Any]) -> Optional[str]:
     return f"none: an even kernel (k={k}) cannot keep the size"
 
 
-def size_table(op: str, nd: int, sizes: Sequence[int] = COMMON_SIZES, channels: int = 1, **params: Any) -> SizeTable:
-    """Apply ``op(**params)`` to square inputs of each size in ``sizes`` (batch 1)."""
+def size_table(op: str, nd: int, sizes: Sequence[int] = COMMON_SIZES, channels: int = 1,
+               torch_version: Optional[str] = None, **params: Any) -> SizeTable:
+    """Apply ``op(**params)`` to square inputs of each size in ``sizes`` (batch 1), as
+    ``torch_version`` would (default: the installed torch)."""
     spec = resolve(op, n_spatial=nd)
     nd = spec.nd or nd
     table: Optional[SizeTable] = None
     for L in sizes:
-        ex = explain(spec.name, (1, channels) + (L,) * nd, **params)
+        ex = explain(spec.name, (1, channels) + (L,) * nd, torch_version=torch_version, **params)
         if table is None:
             formula = ex.steps[0].formula if ex.steps else ""
             table = SizeTable(spec.name, ex.call, formula, _keep_size(spec.family, ex.params))

@@ -1,9 +1,12 @@
-"""Benchmark: `layerlab gradcheck --all` wall time (issue #5 target: under 2 minutes on CPU).
+"""Benchmark: `layerlab gradcheck --all` wall time (issue #5 target: under 2 minutes on CPU), and
+`--model gpt2`: the gradcheck and the whole `verify` of a 124M-parameter model (issue #10: under
+a minute), next to one plain forward+backward of it.
 
-Runs the command in a fresh process (start-up, imports and every registry layer included) a few
-times, prints the median wall time, the slowest layers and the slowest checks from its JSON.
+Runs each measurement in a fresh process (start-up, imports included; peak RSS is that process's),
+prints the median wall time, the slowest layers and the slowest checks from its JSON.
 
     python tests/benchmarks/bench_gradcheck.py [--rounds 3] [--deep] [--json]
+    python tests/benchmarks/bench_gradcheck.py --model gpt2 [--json]
 """
 
 from __future__ import annotations
@@ -51,12 +54,81 @@ def measure(rounds: int, deep: bool) -> dict:
     }
 
 
+MODEL_TARGET_S = 60.0
+
+_CHILD = r"""
+import json, resource, sys, time, warnings
+warnings.filterwarnings("ignore")
+import torch
+what = sys.argv[1]
+torch.manual_seed(0)
+try:
+    from transformers import GPT2Config, GPT2Model
+    model, name = GPT2Model(GPT2Config()).eval(), "GPT2Model(GPT2Config()) 124M"
+    x = torch.randint(0, 50257, (2, 8))
+except ImportError:
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True)
+    model, name = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval(), "TransformerEncoder 85M"
+    x = torch.randn(2, 8, 768)
+params = sum(p.numel() for p in model.parameters())
+t0 = time.perf_counter()
+result = {"model": name, "parameters": params, "what": what}
+if what == "plain":
+    torch.set_num_threads(1)  # as verify runs its checks
+    out = model(x)
+    y = out[0] if isinstance(out, tuple) else getattr(out, "last_hidden_state", out)
+    y.sum().backward()
+else:
+    import layerlab
+    report = layerlab.verify(model, x, only=["gradcheck"] if what == "gradcheck" else None)
+    result["checks"] = {c.name: [c.status.value, round(c.seconds, 2)] for c in report.checks}
+    result["summary"] = report.check("gradcheck").summary
+result["seconds"] = round(time.perf_counter() - t0, 2)
+result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)
+print(json.dumps(result))
+"""
+
+
+def measure_model() -> dict:
+    """gradcheck alone, the whole default verify, and one plain forward+backward, each in its own process."""
+    runs = {}
+    for what in ("plain", "gradcheck", "verify"):
+        done = subprocess.run([sys.executable, "-c", _CHILD, what], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{what} exited {done.returncode}:\n{done.stderr[-2000:]}")
+        runs[what] = json.loads(done.stdout.strip().splitlines()[-1])
+    plain = max(runs["plain"]["seconds"], 1e-9)
+    checks = runs["verify"]["checks"]
+    return {"model": runs["plain"]["model"], "parameters": runs["plain"]["parameters"], "runs": runs,
+            "gradcheck_over_plain": round(runs["gradcheck"]["seconds"] / plain, 1),
+            "verify_over_plain": round(runs["verify"]["seconds"] / plain, 1),
+            "slowest_check": max(checks.items(), key=lambda kv: kv[1][1])[0],
+            "target_s": MODEL_TARGET_S, "ok": runs["verify"]["seconds"] < MODEL_TARGET_S}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["gpt2"], help="a 124M-parameter model instead of --all")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deep", action="store_true", help="also the deep checks (compile with aot_eager)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.model:
+        result = measure_model()
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return 0 if result["ok"] else 1
+        print(f"{result['model']} ({result['parameters']:,} parameters):")
+        print(f"{'':24}{'seconds':>9}{'peak RSS GB':>13}{'× plain':>9}")
+        for what, r in result["runs"].items():
+            ratio = r["seconds"] / max(result["runs"]["plain"]["seconds"], 1e-9)
+            print(f"{what:24}{r['seconds']:>9}{r['peak_rss_gb']:>13}{ratio:>9.1f}")
+        print("verify, per check (s):", ", ".join(f"{n} {v[1]} ({v[0]})" for n, v in
+                                                  sorted(result["runs"]["verify"]["checks"].items(),
+                                                         key=lambda kv: -kv[1][1])))
+        print(f"slowest check: {result['slowest_check']}; target verify < {MODEL_TARGET_S:.0f} s: "
+              f"{'ok' if result['ok'] else 'MISSED'}")
+        return 0 if result["ok"] else 1
     result = measure(args.rounds, args.deep)
     if args.json:
         print(json.dumps(result, indent=2))

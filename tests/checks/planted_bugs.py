@@ -64,6 +64,7 @@ class TransposedLinear(nn.Module):
 
     def __init__(self, features: int) -> None:
         super().__init__()
+        self.in_features = self.out_features = features
         ref = nn.Linear(features, features)
         self.weight = nn.Parameter(ref.weight.detach().clone())
         self.bias = nn.Parameter(ref.bias.detach().clone())
@@ -246,6 +247,7 @@ class BatchFirstStateRNN(nn.Module):
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         self.input_size, self.hidden_size, self.num_layers, self.batch_first = input_size, hidden_size, 1, True
+        self.nonlinearity = "tanh"
         self.cell = nn.RNNCell(input_size, hidden_size)
 
     def forward(self, input: Tensor, hx=None):
@@ -313,6 +315,135 @@ def inverted_mask_attention():
     return layer, (x, x, x), {"reference": nn.MultiheadAttention(8, 2, batch_first=True)}
 
 
+# -- 8. a GRU cell with the reset and update gates swapped, called as forward(x, h) -------------------
+
+class SwappedGateGRUCell(nn.Module):
+    """``nn.GRUCell``'s parameters and attributes; ``forward(x, h)``. BUG: reads the stacked gates
+    as (z, r, n) instead of torch's (r, z, n)."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        ref = nn.GRUCell(input_size, hidden_size)
+        for name, p in ref.named_parameters():
+            self.register_parameter(name, nn.Parameter(p.detach().clone()))
+
+    def forward(self, x: Tensor, h: Tensor) -> Tensor:
+        gi = F.linear(x, self.weight_ih, self.bias_ih)  # (B, 3H)
+        gh = F.linear(h, self.weight_hh, self.bias_hh)
+        i_z, i_r, i_n = gi.chunk(3, 1)  # BUG: torch stacks (r, z, n)
+        h_z, h_r, h_n = gh.chunk(3, 1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        return (1 - z) * n + z * h
+
+
+def swapped_gate_gru_cell():
+    torch.manual_seed(0)
+    layer = SwappedGateGRUCell(4, 5)
+    inputs = {"x": torch.randn(3, 4), "h": torch.randn(3, 5)}  # passed by keyword, as a spec would
+    return layer, (), {"reference": nn.GRUCell(4, 5), **inputs}
+
+
+# -- 9. LayerNorm with the unbiased variance -------------------------------------------------------------
+
+class UnbiasedLayerNorm(nn.Module):
+    """``nn.LayerNorm``'s attributes and parameters. BUG: ``x.var(-1)`` is unbiased (÷(N−1)); torch's
+    LayerNorm divides by N."""
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.normalized_shape, self.eps = (normalized_shape,), eps
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True)  # BUG: unbiased=True by default
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+def unbiased_layernorm():
+    torch.manual_seed(0)
+    return UnbiasedLayerNorm(16), (torch.randn(4, 16),), {"reference": nn.LayerNorm(16)}
+
+
+class NormInBlock(NormBlock):
+    """proj → norm → GELU with the unbiased-variance norm inside (the reference: ``nn.LayerNorm``)."""
+
+
+def unbiased_norm_in_block():
+    torch.manual_seed(0)
+    block = NormInBlock(16, UnbiasedLayerNorm(16))
+    reference = NormBlock(16, nn.LayerNorm(16))
+    return block, (torch.randn(4, 16),), {"reference": reference}
+
+
+# -- 10. a sinusoidal positional table built wrong, kept in a buffer ------------------------------------
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """``x + pe[:T]`` with the table of "Attention is all you need", a persistent buffer."""
+
+    def __init__(self, embed_dim: int, max_len: int = 64) -> None:
+        super().__init__()
+        self.register_buffer("pe", self.table(embed_dim, max_len))
+
+    @staticmethod
+    def table(embed_dim: int, max_len: int) -> Tensor:
+        pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # (T, 1)
+        freq = torch.exp(torch.arange(0, embed_dim, 2, dtype=torch.float32) * (-math.log(10000.0) / embed_dim))
+        pe = torch.zeros(max_len, embed_dim)
+        pe[:, 0::2] = torch.sin(pos * freq)
+        pe[:, 1::2] = torch.cos(pos * freq)
+        return pe
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, T, E)
+        return x + self.pe[: x.shape[1]]
+
+
+class WrongFrequencyPositionalEncoding(SinusoidalPositionalEncoding):
+    """BUG: the frequencies use ``log(10000) / (embed_dim / 2)``: every pair's wavelength is off."""
+
+    @staticmethod
+    def table(embed_dim: int, max_len: int) -> Tensor:
+        pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+        freq = torch.exp(torch.arange(0, embed_dim, 2, dtype=torch.float32) * (-math.log(10000.0) / (embed_dim / 2)))
+        pe = torch.zeros(max_len, embed_dim)
+        pe[:, 0::2] = torch.sin(pos * freq)
+        pe[:, 1::2] = torch.cos(pos * freq)
+        return pe
+
+
+def wrong_positional_table():
+    torch.manual_seed(0)
+    return (WrongFrequencyPositionalEncoding(8), (torch.randn(2, 6, 8),),
+            {"reference": SinusoidalPositionalEncoding(8)})
+
+
+# -- 11. a 1-D convolution that pads by replicating the edge ---------------------------------------------
+
+class ReplicatePadConv1d(nn.Module):
+    """``nn.Conv1d``'s attributes and parameters, ``padding=1, padding_mode="zeros"``. BUG: pads by
+    replicating the edge value, so the first and last positions see the wrong neighbour."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (3,)
+        self.stride, self.padding, self.dilation, self.groups, self.padding_mode = (1,), (1,), (1,), 1, "zeros"
+        ref = nn.Conv1d(in_channels, out_channels, 3)
+        self.weight = nn.Parameter(ref.weight.detach().clone())  # (C_out, C_in, 3)
+        self.bias = nn.Parameter(ref.bias.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, C, L)
+        return F.conv1d(F.pad(x, (1, 1), mode="replicate"), self.weight, self.bias)  # BUG: zeros
+
+
+def replicate_pad_conv1d():
+    torch.manual_seed(0)
+    return ReplicatePadConv1d(3, 4), (torch.randn(2, 3, 10),), {"reference": nn.Conv1d(3, 4, 3, padding=1)}
+
+
 #: the issue's gallery: name → factory
 GALLERY = {
     "swapped_gate_lstm": swapped_gate_lstm,
@@ -325,4 +456,20 @@ GALLERY = {
     "batch_first_state_rnn": batch_first_state_rnn,
     "truncated_rnn": truncated_rnn,
     "inverted_mask_attention": inverted_mask_attention,
+    "swapped_gate_gru_cell": swapped_gate_gru_cell,
+    "unbiased_layernorm": unbiased_layernorm,
+    "unbiased_norm_in_block": unbiased_norm_in_block,
+    "wrong_positional_table": wrong_positional_table,
+    "replicate_pad_conv1d": replicate_pad_conv1d,
+}
+
+#: bugs in layers that plainly mirror a torch.nn layer: the auto-reference must catch them unaided
+MIRRORS_TORCH = {
+    "swapped_gate_lstm": "torch.nn.LSTM",
+    "transposed_linear": "torch.nn.Linear",
+    "unscaled_attention": "torch.nn.MultiheadAttention",
+    "swapped_gate_gru_cell": "torch.nn.GRUCell",
+    "unbiased_layernorm": "torch.nn.LayerNorm",
+    "replicate_pad_conv1d": "torch.nn.Conv1d",
+    "truncated_rnn": "torch.nn.RNN",
 }

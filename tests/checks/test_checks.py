@@ -322,11 +322,11 @@ def test_masks_probe_torch_conventions():
     assert c.details["probe"]["bool_semantics"].startswith("True = blocked")
 
 
-def test_float_01_mask_warns():
+def test_float_01_causal_mask_fails():
     mha, x = _mha()
     keep = torch.ones(5, 5).tril()  # 1 = attend, as a float: added to the scores, blocks nothing
     c = one("masks", mha, x, x, x, attn_mask=keep)
-    assert c.status == Status.WARN and c.where == "attn_mask"
+    assert c.status == Status.FAIL and c.where == "attn_mask"
     assert "blocks nothing" in c.summary and "masked_fill" in c.hint
 
 
