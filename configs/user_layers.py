@@ -24,3 +24,19 @@ class SelfAttention(nn.Module):
         weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
         y = (weights @ v).transpose(1, 2).reshape(N, L, E)                     # (N, L, E)
         return self.proj(y)
+
+
+class LayerNorm(nn.Module):
+    """A LayerNorm written from the paper. BUG (a common one): ``x.var()`` is the *unbiased*
+    variance (divides by N−1); layer norm divides by N, as torch.nn.LayerNorm does."""
+
+    def __init__(self, normalized_shape: int, eps: float = 1e-5):
+        super().__init__()
+        self.normalized_shape, self.eps = (normalized_shape,), eps
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True)  # the bug: unbiased=True by default
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias

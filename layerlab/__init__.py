@@ -22,6 +22,8 @@ _LAZY = {
     "gradcheck": "layerlab.checks.run:verify",
     "export_check": "layerlab.deploy.run:export_check",
     "profile": "layerlab.profiling.run:profile",
+    "render": "layerlab.report_render:render",
+    "render_html": "layerlab.report_render:render_html",
 }
 
 __all__ = ["__version__", *_LAZY]

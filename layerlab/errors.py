@@ -3,7 +3,8 @@
 Every error carries structured fields (``where``, ``expected``, ``got``, ``hint``) so that the
 CLI can render it as one readable message and ``--json`` can carry the same facts. The
 ``exit_code`` follows the project convention: 2 for bad usage or input, 1 for "a check failed /
-torch would raise".
+torch would raise", 130 for Ctrl-C (:class:`Interrupted`) and 141 when the reader of stdout went
+away (:data:`EXIT_BROKEN_PIPE`).
 
 This module never imports torch.
 """
@@ -13,6 +14,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+
+#: Exit code when stdout was closed by its reader (``layerlab … | head``): 128 + SIGPIPE, what a
+#: shell reports for a Unix tool that SIGPIPE ended, so ``set -o pipefail`` scripts see it the same way.
+EXIT_BROKEN_PIPE = 141
 
 
 def debug_enabled() -> bool:
@@ -92,6 +98,13 @@ class CheckFailed(LayerlabError):
 
     exit_code = 1
     kind = "check"
+
+
+class Interrupted(LayerlabError):
+    """Ctrl-C (SIGINT) during a command (exit 130, 128 + SIGINT)."""
+
+    exit_code = 130
+    kind = "interrupted"
 
 
 class TorchWouldRaise(CheckFailed):

@@ -30,6 +30,8 @@ numel(outputs)`` is at most ``slow_cap`` elements; otherwise it is skipped and t
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -66,6 +68,8 @@ class GradcheckOptions:
             forwards of the whole layer); above it, tensors are sampled (:mod:`~layerlab.checks.sampling`).
         min_tensors: tensors checked however big the layer is.
         max_entries: entries a direction covers in one tensor when sampling.
+        seconds: finite differences of more tensors than fit in this time (from the first
+            forward's time) are sampled too, ``min_tensors`` at least.
         progress: ``progress(what, i, n)`` before each tensor's finite difference.
     """
 
@@ -76,6 +80,7 @@ class GradcheckOptions:
     budget: int = 3_000_000_000
     min_tensors: int = 8
     max_entries: int = 65_536
+    seconds: float = 20.0
     progress: Optional[Progress] = None
 
 
@@ -108,8 +113,10 @@ def gradcheck(case: Case, opts: Optional[Any] = None) -> CheckResult:
                                {"tensor": n, "kind": k, **c} for n, k, c in bad]})
     f = functional(module, args, [t for _, t in inputs], [n for n, _ in params])
     tensors = [t.detach().requires_grad_(True) for t in base]
+    started = time.perf_counter()
     with IslandRecorder() as recorder:
         outs = f(*tensors)
+    forward_s = time.perf_counter() - started
     out_paths = list(f.paths)  # type: ignore[attr-defined]
     if not outs:
         return CheckResult("gradcheck", Status.SKIP, "the layer has no floating output")
@@ -124,7 +131,11 @@ def gradcheck(case: Case, opts: Optional[Any] = None) -> CheckResult:
     gen = generator(case.seed, 4)
     numels = [t.numel() for t in base]
     custom = custom_function_leaves(outs, tensors)
-    chosen = make_plan(kinds, numels, custom, o.budget, o.min_tensors, o.max_entries, gen)
+    # each checked tensor costs two forwards (four with float32 islands: a second step size); the
+    # seeded order is the same on every machine, so a faster one checks a superset, never others
+    per_tensor = (4 if recorder.lowest is not None else 2) * max(forward_s, 1e-6)
+    chosen = make_plan(kinds, numels, custom, o.budget, o.min_tensors, o.max_entries, gen,
+                       max_tensors=int(o.seconds / per_tensor))
     checked = chosen.checked
     eps, rtol = low_precision_tolerances(recorder.lowest, o)
     atol: Any = o.atol

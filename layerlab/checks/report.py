@@ -14,6 +14,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
+from layerlab.report_render import Displayable  # imports no Rich: it renders on demand
+
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
 
@@ -66,8 +68,8 @@ class CheckResult:
         return self.status == Status.FAIL
 
 
-@dataclass
-class VerifyReport:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class VerifyReport(Displayable):
     """Every check run on one layer.
 
     Attributes:
@@ -119,8 +121,8 @@ class VerifyReport:
         }
 
 
-@dataclass
-class MatrixReport:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class MatrixReport(Displayable):
     """``--all``: one :class:`VerifyReport` per registry layer."""
 
     reports: List[VerifyReport]

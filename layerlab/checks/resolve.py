@@ -81,11 +81,21 @@ def resolve_spec(path: str, *, seed: Optional[int] = None, allow_import: bool = 
 
     ``strict`` (gradcheck, the command that uses them) also checks the keys only gradcheck reads:
     ``reference: {output: …}`` must parse, ``weight_map:`` must map names to names, and ``tags:``
-    must be a list of names (without ``strict`` a malformed ``tags:`` is ignored).
+    must be a list of names (without ``strict`` a malformed ``tags:`` is ignored). ``batch_dims:``
+    is always checked against the built inputs. Errors echo the spec's values terminal-safe
+    (:func:`~layerlab.spec.limits.clean_errors`).
     """
+    from layerlab.spec.limits import clean_errors
+
+    with clean_errors():
+        return _resolve_spec(path, seed=seed, allow_import=allow_import, strict=strict)
+
+
+def _resolve_spec(path: str, *, seed: Optional[int], allow_import: bool, strict: bool) -> Resolved:
     from layerlab.errors import SpecError
     from layerlab.spec import build
     from layerlab.spec.load import read_spec_file
+    from layerlab.spec.limits import clean_text
     from layerlab.spec.validate import Overrides, validate
 
     data, marks = read_spec_file(str(path))
@@ -127,11 +137,9 @@ def resolve_spec(path: str, *, seed: Optional[int] = None, allow_import: bool = 
     tags = list(tags) if isinstance(tags, list) else []
     if extra.get("causal") is True:
         tags.append("causal")
-    batch_dims = extra.get("batch_dims") or {}
-    if not isinstance(batch_dims, dict):
-        raise SpecError("batch_dims: maps input names to their batch dim", where=marks("batch_dims"),
-                        expected="{name: dim}", got=batch_dims)
-    return Resolved(target=str(path), module=module, args=_built_args(built), reference=reference,
+    args = _built_args(built)
+    batch_dims = _check_batch_dims(extra.get("batch_dims") or {}, args, marks)
+    return Resolved(target=clean_text(str(path)), module=module, args=args, reference=reference,
                     reference_output=transform, tags=frozenset(map(str, tags)), seed=built.seed,
                     batch_dims=dict(batch_dims), weight_map=weight_map)
 
@@ -177,6 +185,44 @@ def for_each_entry(names: Optional[Sequence[str]], run: Callable[[str], _R], fai
 
 
 # -- building blocks ---------------------------------------------------------------------------------
+
+def _check_batch_dims(batch_dims: Any, args: list, marks) -> Dict[str, Optional[int]]:
+    """``batch_dims:`` → ``{input: dim or None}``: names that are inputs, dims that the input has
+    (a negative dim counts from the end and is stored as its positive index)."""
+    import torch
+
+    from layerlab.checks.case import input_tensors
+    from layerlab.errors import SpecError
+    from layerlab.spec.schema import did_you_mean
+
+    if not isinstance(batch_dims, dict):
+        raise SpecError("batch_dims: maps input names to their batch dim", where=marks("batch_dims"),
+                        expected="{name: dim}", got=batch_dims)
+    tensors = {**{a.name: a.value for a in args}, **dict(input_tensors(args))}
+    out: Dict[str, Optional[int]] = {}
+    for name, dim in batch_dims.items():
+        where = marks("batch_dims", name)
+        if name not in tensors:
+            names = list(tensors)
+            raise SpecError(f"batch_dims: {name!r} is not an input", where=where, expected=names, got=name,
+                            hint=did_you_mean(name, names) or "use the names under inputs:")
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            raise SpecError(f"batch_dims: {name} must be a dim (an integer) or null (no batch dim)", where=where,
+                            expected="an integer or null", got=dim)
+        value = tensors[name]
+        if dim is not None and isinstance(value, torch.Tensor):
+            ndim = value.dim()
+            if not -ndim <= dim < ndim:
+                raise SpecError(
+                    f"batch_dims: {name} is {dim}, but input {name!r} has {ndim} dim(s) (shape {list(value.shape)})",
+                    where=where,
+                    expected=f"a dim in {-ndim}…{ndim - 1}" if ndim else "null (a 0-d input has no batch dim)",
+                    got=dim, hint="give the index of the batch dim in the input's shape, or null if it has none",
+                )
+            dim %= ndim
+        out[str(name)] = dim
+    return out
+
 
 def _built_args(built) -> list:
     from layerlab.checks.case import Arg

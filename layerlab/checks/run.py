@@ -152,8 +152,11 @@ def verify(
             torch.nn layer (``MyGRUCell`` with ``GRUCell``'s attributes and weights) with it. Default: ``True``.
         **kwargs: keyword forward arguments (``attn_mask=…``).
     """
+    from layerlab.arguments import check_module, check_seed
     from layerlab.checks.case import Arg, positional_names
 
+    check_module(module, "layerlab.verify")
+    check_seed(seed)  # 0 … 2**63−1, as in every command and API entry
     names = positional_names(module, len(inputs))
     args = [Arg(n, v, False) for n, v in zip(names, inputs)]
     args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
@@ -167,9 +170,11 @@ def verify_args(module, args, reference, weight_map, tags, opts: VerifyOptions, 
                  batch_dims: Dict[str, Optional[int]], reference_output: Optional[str] = None) -> VerifyReport:
     from torch import nn
 
+    from layerlab.arguments import check_not_meta
     from layerlab.checks.case import Case, class_path
     from layerlab.checks.reference import prepare
 
+    check_not_meta(module, [a.value for a in args])  # every check compares values
     t0 = time.perf_counter()
     module = materialized(module, args)
     if isinstance(reference, nn.Module):

@@ -44,11 +44,13 @@ class Plan:
 
 
 def plan(kinds: Sequence[str], numels: Sequence[int], custom: Set[int], budget: int, min_tensors: int,
-         max_entries: int, gen: torch.Generator) -> Plan:
-    """Choose the tensors to check under ``budget`` (elements × forwards; see the module docstring)."""
+         max_entries: int, gen: torch.Generator, max_tensors: Optional[int] = None) -> Plan:
+    """Choose the tensors to check under ``budget`` (elements × forwards; see the module docstring)
+    and, when given, at most ``max_tensors`` (what a time budget allows when one forward is slow:
+    a ViT-B/16 at 224×224 has fewer parameters than GPT-2 but a forward 20× as long)."""
     total = sum(numels)
     n = len(numels)
-    limit = max(min_tensors, budget // max(total, 1))
+    limit = max(min_tensors, min(budget // max(total, 1), max_tensors if max_tensors is not None else n))
     if n <= limit:
         return Plan(checked=list(range(n)), custom=sorted(custom))
     inputs = [i for i in range(n) if kinds[i] == "input"]

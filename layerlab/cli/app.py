@@ -3,9 +3,12 @@
 Commands live one per module in :mod:`layerlab.cli`; importing them must stay cheap (no torch at
 module level) so ``layerlab --help`` and ``layerlab explain-shape`` start instantly.
 
-The boundary (:func:`main`): a :class:`~layerlab.errors.LayerlabError` becomes one readable
-message on stderr and its exit code (2 bad usage/input, 1 check failed); click's usage errors
-exit 2; anything else is a bug and keeps its traceback.
+The error boundary is :mod:`layerlab.cli.boundary`: every command is registered through
+:func:`~layerlab.cli.boundary.guarded`, and :func:`main` applies the same rules to what happens
+around a command (click's parsing: a malformed option exits 2, as one JSON object under ``--json``).
+In short: a :class:`~layerlab.errors.LayerlabError` becomes one readable message on stderr and its
+exit code (2 bad usage/input, 1 check failed), Ctrl-C exits 130, a closed stdout (``| head``)
+exits 141 quietly; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Annotated
 
 from layerlab._version import __version__
 from layerlab.cli import explain_shape, export_cmd, gradcheck_cmd, inspect_cmd, profile_cmd
-from layerlab.errors import LayerlabError
+from layerlab.cli.boundary import broken_pipe, guarded, report
+from layerlab.errors import Interrupted, LayerlabError, UsageError
 
 app = typer.Typer(
     name="layerlab",
@@ -52,11 +56,11 @@ def _root(
     """layerlab: inspect, explain and verify PyTorch layers."""
 
 
-app.command("explain-shape", no_args_is_help=False)(explain_shape.command)
-app.command("inspect", no_args_is_help=True)(inspect_cmd.command)
-app.command("gradcheck", no_args_is_help=True)(gradcheck_cmd.command)
-app.command("export-check", no_args_is_help=True)(export_cmd.command)
-app.command("profile", no_args_is_help=True)(profile_cmd.command)
+app.command("explain-shape", no_args_is_help=False)(guarded(explain_shape.command))
+app.command("inspect", no_args_is_help=True)(guarded(inspect_cmd.command))
+app.command("gradcheck", no_args_is_help=True)(guarded(gradcheck_cmd.command))
+app.command("export-check", no_args_is_help=True)(guarded(export_cmd.command))
+app.command("profile", no_args_is_help=True)(guarded(profile_cmd.command))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -65,25 +69,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     json_mode = "--json" in args
     try:
         rv = typer.main.get_command(app).main(args=args, prog_name="layerlab", standalone_mode=False)
-    except LayerlabError as exc:
-        from layerlab.cli.output import print_known_error
-
-        print_known_error(exc, json_mode)
-        return exc.exit_code
+    except LayerlabError as exc:  # raised while parsing (an option's callback), before the command ran
+        return report(exc, json_mode)
     except typer.Exit as exc:
         return exc.exit_code
     except ClickException as exc:
         if json_mode:
-            from layerlab.errors import UsageError
-            from layerlab.cli.output import print_known_error
-
-            print_known_error(UsageError(exc.format_message()), json_mode)
-        else:
-            exc.show()
+            param = getattr(exc, "param", None)  # a bad value: name its option, as layerlab's own errors do
+            where = param.opts[0] if param is not None and getattr(param, "opts", None) else None
+            return report(UsageError(exc.format_message(), where=where), json_mode)
+        exc.show()
         return exc.exit_code
-    except typer.Abort:
-        sys.stderr.write("Aborted.\n")
-        return 130
+    except (typer.Abort, KeyboardInterrupt):
+        return report(Interrupted("interrupted (Ctrl-C)"), json_mode)
+    except BrokenPipeError:
+        return broken_pipe()
     return rv if isinstance(rv, int) else 0
 
 

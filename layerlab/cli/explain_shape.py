@@ -23,9 +23,11 @@ def _opt(*names: str, help: str, meta: str = _INT):
 
 def command(
     op: Annotated[str, _opt("--op", help="Op: conv (default), conv_transpose, max_pool, avg_pool, lp_pool, "
-                               "adaptive_avg_pool, adaptive_max_pool, unfold, fold, upsample, pixel_shuffle, "
-                               "pixel_unshuffle, flatten, patch_embed; add 1d/2d/3d or let --input decide.",
-                               meta="NAME")] = "conv",
+                               "adaptive_avg_pool, adaptive_max_pool, fractional_max_pool, unfold, fold, upsample, "
+                               "pixel_shuffle, pixel_unshuffle, flatten, patch_embed, reflection_pad, "
+                               "replication_pad, circular_pad, constant_pad, zero_pad; add 1d/2d/3d or let --input "
+                               "decide. Module semantics; an F. prefix (F.conv2d, F.interpolate) gives the "
+                               "functional's.", meta="NAME")] = "conv",
     input: Annotated[Optional[str], _opt("--input", "-i", help="Input size: 32 (every spatial dim), 32x48, "
                                          "or a full shape 2,3,32,32. Omit it for a table of common sizes.",
                                          meta="SIZE")] = None,
@@ -51,6 +53,10 @@ def command(
                                                               show_default=False)] = None,
     divisor_override: Annotated[Optional[int], _opt("--divisor-override", help="divisor_override (avg pools).",
                                                     meta="INT")] = None,
+    value: Annotated[Optional[float], _opt("--value", help="fill value (constant_pad).", meta="FLOAT")] = None,
+    output_ratio: Annotated[Optional[str], _opt("--output-ratio", help="output_ratio (fractional_max_pool), "
+                                                "e.g. 0.5 or 0.5x0.7.", meta="FLOAT")] = None,
+    antialias: Annotated[bool, typer.Option("--antialias", help="antialias=True (F.interpolate).")] = False,
     norm_type: Annotated[Optional[float], _opt("--norm-type", help="norm_type (lp pools, default 2).",
                                                meta="FLOAT")] = None,
     size: Annotated[Optional[str], _opt("--size", help="size (upsample).", meta="SIZE")] = None,
@@ -109,7 +115,9 @@ def command(
         size=size and parse.int_tuple(size, "--size", minimum=1),
         scale_factor=scale_factor and parse.positive_float(scale_factor, "--scale-factor"),
         mode=mode, align_corners=align_corners, upscale_factor=upscale_factor,
-        downscale_factor=downscale_factor, start_dim=start_dim, end_dim=end_dim,
+        downscale_factor=downscale_factor, start_dim=start_dim, end_dim=end_dim, value=value,
+        output_ratio=output_ratio and parse.positive_float(output_ratio, "--output-ratio"),
+        antialias=antialias or None,
         patch_size=patch_size, embed_dim=embed_dim,
     )
     params: Dict[str, Any] = {k: v for k, v in raw.items() if v is not None}
@@ -134,14 +142,15 @@ def command(
         n_spatial = len(size_arg.dims) - 2 if size_arg.full else (len(size_arg.dims) if len(size_arg.dims) > 1 else None)
     spec = resolve(op, n_spatial=n_spatial)
     nd = spec.nd or n_spatial or 2
-    _check_tuple_lengths(params, nd, spec.name)
+    if spec.family != "pad":  # a padding module's padding has 2·nd values (F.pad's order)
+        _check_tuple_lengths(params, nd, spec.name)
 
     if size_arg is None:
         if target is not None or undo is not None:
             raise UsageError("--target and --undo need --input", where="--target", hint="e.g. --input 32 --target 16")
         from layerlab.shapes.table import size_table
 
-        table = size_table(spec.name, nd, channels=params.get("in_channels") or _default_channels(spec.name, params),
+        table = size_table(spec.key, nd, channels=_default_channels(spec.name, params),
                            torch_version=torch_version, **params)
         out.json(table) if json else out.show(*render_shapes.size_table(table))
         return 0 if table.ok else 1
@@ -160,15 +169,20 @@ def command(
 
     from layerlab.shapes import explain
 
-    ex = explain(spec.name, shape, torch_version=torch_version, **params)
+    ex = explain(spec.key, shape, torch_version=torch_version, **params)
     out.json(ex) if json else out.show(*render_shapes.explanation(ex))
     return 0 if ex.ok else 1
 
 
 def _default_channels(op: str, params: Dict[str, Any]) -> int:
-    """Pixel shuffle needs C divisible by r²: pick the smallest such C for size-only inputs."""
+    """C for a size-only ``--input`` (single op and ``--chain`` alike): ``in_channels`` if given,
+    else the smallest C the op accepts — ``groups`` for a grouped conv, r² for pixel_shuffle — else 1."""
+    if params.get("in_channels"):
+        return int(params["in_channels"])
     if op == "pixel_shuffle" and params.get("upscale_factor"):
         return int(params["upscale_factor"]) ** 2
+    if isinstance(params.get("groups"), int) and params["groups"] > 1:
+        return int(params["groups"])
     return 1
 
 
@@ -184,8 +198,7 @@ def _full_shape(size_arg: "parse.SizeArg", op: str, nd: int, params: Dict[str, A
             where="--input", expected=f"{nd} sizes (or one for all)", got="x".join(map(str, dims)),
             hint=f"e.g. --input {'x'.join(['32'] * nd)}",
         )
-    channels = params.get("in_channels") or _default_channels(op, params)
-    return (1, channels) + tuple(dims)
+    return (1, _default_channels(op, params)) + tuple(dims)
 
 
 def _sizes(text: str, flag: str, nd: int) -> tuple:
@@ -238,9 +251,15 @@ def _run_chain(out, chain: str, input: Optional[str], params: Dict[str, Any],
     if size_arg.full:
         shape = size_arg.dims
     else:
-        channels = stages[0].params.get("in_channels", 3 if len(size_arg.dims) > 1 else 1)
-        dims = size_arg.dims * 2 if len(size_arg.dims) == 1 else size_arg.dims
-        shape = (1, channels) + tuple(dims)
+        # The same rule as a single op: a bare size fills every spatial dim of the FIRST stage's op
+        # (conv1d: 1, conv3d: 3, a family name such as conv: 2), C from _default_channels.
+        from layerlab.shapes.ops import resolve
+
+        dims = size_arg.dims
+        first = resolve(stages[0].op, n_spatial=len(dims) if len(dims) > 1 else None)
+        if len(dims) == 1:
+            dims = dims * (first.nd or 2)
+        shape = (1, _default_channels(first.name, stages[0].params)) + tuple(dims)
     result = explain_chain(shape, stages, torch_version=torch_version)
     out.json(result) if out.json_mode else out.show(*render_shapes.chain(result))
     return 0 if result.ok else 1

@@ -12,9 +12,10 @@ from typing import Optional
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import DeviceOpt, JsonOpt, SeedOpt
+from layerlab.cli.options import AtolOpt, DeviceOpt, JsonOpt, RtolOpt, SeedOpt
 from layerlab.cli.parse import name_list
-from layerlab.cli.target_arg import AllowImportOpt, TargetArg, check_target, device_of, resolve, to_device
+from layerlab.cli.target_arg import (AllowImportOpt, TargetArg, check_target, device_of, refuse_meta, resolve,
+                                     to_device)
 from layerlab.errors import UsageError
 
 AllOpt = Annotated[bool, typer.Option("--all", help="Every registry layer: a matrix of layers × paths.")]
@@ -27,10 +28,6 @@ CompileBackendOpt = Annotated[str, typer.Option(
     help="torch.compile backend: aot_eager checks full-graph capture quickly; inductor compiles for real "
          "(tens of seconds per layer on CPU).")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too (input-specific traces, graph breaks).")]
-RtolOpt = Annotated[Optional[float], typer.Option("--rtol", min=0.0, help="Relative tolerance of output comparisons.",
-                                                  show_default=False)]
-AtolOpt = Annotated[Optional[float], typer.Option("--atol", min=0.0, help="Absolute tolerance of output comparisons.",
-                                                  show_default=False)]
 
 
 def command(
@@ -87,6 +84,7 @@ def command(
         _onnx_note(out, matrix.reports)
         return 0 if matrix.ok_for(strict) else 1
     resolved = resolve(target, seed=seed, allow_import=allow_import)
+    refuse_meta(resolved)
     resolved.module, resolved.args = to_device(resolved.module, resolved.args, dev)
     report = run_target(resolved, paths=selected, compile_backend=compile_backend, rtol=rtol, atol=atol)
     if out.json_mode:

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from layerlab.cli.options import JsonOpt, SeedOpt
 from layerlab.cli.parse import name_list
-from layerlab.cli.target_arg import AllowImportOpt, check_target, resolve
+from layerlab.cli.target_arg import AllowImportOpt, check_target, refuse_meta, resolve
 
 TargetArg = Annotated[Optional[str], typer.Argument(
     metavar="[NAME|SPEC]",
@@ -75,6 +75,7 @@ def command(
         return _run_all(out, deep=deep, seed=seed or 0, only=checks, slow_cap=slow_cap, verbose=verbose,
                         compile_backend=compile_backend)
     resolved = resolve(target, seed=seed, allow_import=allow_import, strict=True, example="layerlab gradcheck lstm")
+    refuse_meta(resolved)
     from layerlab.cli import render_gradcheck
 
     with render_gradcheck.check_progress(out.err) as advance:  # stderr: never mixed into --json stdout

@@ -102,29 +102,42 @@ def command(
     svg: SvgOpt = None,
     html: HtmlOpt = None,
     allow_import: AllowImportOpt = False,
+    meta: Annotated[bool, typer.Option(
+        "--meta", help="Shape-only dry run on torch's meta device (any model size, no weights allocated): "
+                       "shapes, dtypes, parameter counts and estimated memory per layer; no statistics.",
+    )] = False,
 ) -> int:
     """Run a layer or block forward and backward, and show every step: shapes, values,
     gradients, formula checks — and, when it breaks, where and why.
 
     Exit codes: 0 all good, 1 the layer raised or a check failed, 2 bad spec or options.
     """
-    from layerlab.cli.output import Output
+    from layerlab.cli.output import Output, check_writable
+    from layerlab.cli.target_arg import device_of
     from layerlab.spec import Overrides, build
 
     if mode is not None and mode not in ("train", "eval"):
         raise UsageError(f"--mode must be train or eval, got {mode!r}", where="--mode", expected="train | eval", got=mode)
+    device_of(device)  # an absent or meta device is --device's fault, not the spec's
+    if not json:  # under --json nothing is drawn, so nothing is saved (a warning says so below)
+        check_writable(svg, "--svg")  # before the run, not after it
+        check_writable(html, "--html")
     overrides = Overrides(
         device=device, dtype=_dtype(dtype), seed=seed, mode=mode,
         backward=None if backward else False, input_shapes=_input_shapes(input_shape),
     )
     loaded = _load(spec, overrides, allow_import)
     built = build(loaded)
+    from layerlab.arguments import check_not_meta
+
+    if not meta:  # --meta runs on meta twins of the model on purpose
+        check_not_meta(built.module, [*built.args, *built.kwargs.values()], where=f"{loaded.source} (device: meta)")
 
     from layerlab.probe.run import inspect
 
     report = inspect(
         built.module, *built.args, backward=built.backward, seed=built.seed, mode=built.mode,
-        forward_kwargs=built.kwargs, ops=ops, fix=fix,
+        forward_kwargs=built.kwargs, ops=ops, fix=fix, meta=meta,
     )
     out = Output(json_mode=json, record=bool(svg or html))
     if json:
@@ -134,7 +147,9 @@ def command(
 
         console = out.out
         normal = widest = console.width
-        title = loaded.title or f"layerlab inspect {spec}"
+        from layerlab.spec.limits import clean_text
+
+        title = loaded.title or f"layerlab inspect {clean_text(spec)}"  # a file name may hold ESC sequences
         for part in render(report, depth=depth, title=title, wide=wide):
             if isinstance(part, WideForward):  # whole, lines longer than the terminal, rather than squeezed
                 console.width = widest = max(normal, part.width_needed(console))
@@ -142,6 +157,10 @@ def command(
                 console.width = normal
             else:
                 out.show(part)
+        if report.memory is not None:
+            from layerlab.cli.render_meta import memory_table
+
+            out.show(memory_table(report, depth))
         if svg:
             console.width = widest  # the SVG is as wide as its widest line
             out.save_svg(str(svg), title=f"layerlab inspect {spec}")

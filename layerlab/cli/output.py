@@ -7,12 +7,36 @@ renderers in :mod:`layerlab.cli.render` know about Rich; Rich itself is imported
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Optional
 
-from layerlab.errors import LayerlabError, debug_enabled
-from layerlab.serialize import dumps
+from layerlab.errors import LayerlabError, UsageError, debug_enabled
+from layerlab.serialize import dumps, to_jsonable
+
+
+def json_line(obj: Any) -> str:
+    """One message on stderr under ``--json``: compact JSON on one line, so that a run's stderr is
+    a stream of JSON lines (warnings, then the error) that reads line by line."""
+    import json
+
+    return json.dumps(to_jsonable(obj), ensure_ascii=False)
+
+
+def _console(**kwargs: Any):
+    """A Rich console that lets a closed stdout (``| head``) reach the error boundary as
+    ``BrokenPipeError`` (Rich's own handler would exit 1 on the spot)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
+
+    return _Console(**kwargs)
 
 
 class Output:
@@ -31,9 +55,7 @@ class Output:
     @property
     def out(self):
         if self._out is None:
-            from rich.console import Console
-
-            self._out = Console(file=sys.stdout, record=self._record, highlight=False)
+            self._out = _console(file=sys.stdout, record=self._record, highlight=False)
         return self._out
 
     @property
@@ -55,16 +77,22 @@ class Output:
         sys.stdout.write(dumps(obj) + "\n")
         sys.stdout.flush()
 
-    def save_svg(self, path: str, title: str = "layerlab") -> None:
-        self.out.save_svg(path, title=title, clear=False)
+    def save_svg(self, path: str, title: str = "layerlab", flag: str = "--svg") -> None:
+        try:
+            self.out.save_svg(path, title=title, clear=False)
+        except OSError as exc:  # checked before the run (check_writable), but a disk can fill up
+            raise _unwritable(flag, path, exc) from None
 
-    def save_html(self, path: str) -> None:
-        self.out.save_html(path, clear=False)
+    def save_html(self, path: str, flag: str = "--html") -> None:
+        try:
+            self.out.save_html(path, clear=False)
+        except OSError as exc:
+            raise _unwritable(flag, path, exc) from None
 
     # -- messages on stderr ------------------------------------------------------------------------
     def warn(self, message: str, hint: Optional[str] = None) -> None:
         if self.json_mode:
-            sys.stderr.write(dumps({"warning": message, "hint": hint}) + "\n")
+            sys.stderr.write(json_line({"warning": message, "hint": hint}) + "\n")
             return
         from rich.markup import escape
 
@@ -75,7 +103,7 @@ class Output:
     def error(self, exc: LayerlabError) -> None:
         """One readable message for a known error: what, where, expected vs got, the fix."""
         if self.json_mode:
-            sys.stderr.write(dumps(exc.to_dict()) + "\n")
+            sys.stderr.write(json_line(exc.to_dict()) + "\n")
             return
         from rich.markup import escape
 
@@ -87,8 +115,9 @@ class Output:
             err.print(f"[bold red]error:[/] {escape(exc.message)}{where}{hint}", soft_wrap=True)
             return
         err.print(f"[bold red]error:[/] {escape(exc.message)}{where}", soft_wrap=True)
-        if exc.expected is not None or exc.got is not None:
+        if exc.expected is not None:  # a side nobody knows is left out, not printed as "None"
             err.print(f"  expected: {escape(str(exc.expected))}", soft_wrap=True)
+        if exc.got is not None:
             err.print(f"  got:      {escape(str(exc.got))}", soft_wrap=True)
         if exc.hint:
             err.print(f"  [cyan]hint:[/] {escape(exc.hint)}", soft_wrap=True)
@@ -99,3 +128,37 @@ def print_known_error(exc: LayerlabError, json_mode: bool) -> None:
     if debug_enabled():
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     Output(json_mode=json_mode).error(exc)
+
+
+def check_writable(path: Optional[Path], flag: str) -> None:
+    """Refuse, before any work, a ``--svg``/``--html`` path that cannot be written: a missing
+    directory, a device or other non-regular file (``/dev/full``), a file system that takes no new
+    files (``/proc``), no permission. Nothing is left behind: a probe file is removed again, and an
+    existing file is opened for appending, never truncated."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists():
+        if not p.is_file():
+            raise UsageError(f"{flag}: {str(p)!r} is not a regular file", where=flag, got=str(p),
+                             hint="give the path of a file to create or overwrite")
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise _unwritable(flag, str(p), exc) from None
+        return
+    parent = p.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag}: the directory {str(parent)!r} does not exist", where=flag, got=str(p),
+                         hint="create it first, or save somewhere else")
+    try:
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except OSError as exc:
+        raise _unwritable(flag, str(p), exc) from None
+    os.unlink(p)
+
+
+def _unwritable(flag: str, path: str, exc: OSError) -> LayerlabError:
+    reason = exc.strerror or type(exc).__name__
+    return UsageError(f"{flag}: cannot write {path!r}: {reason}", where=flag, got=path,
+                      hint="choose a path in a directory you can write to")

@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import DeviceOpt, JsonOpt, SeedOpt
-from layerlab.cli.target_arg import AllowImportOpt, device_of, resolve, to_device
+from layerlab.cli.options import DeviceOpt, JsonOpt, SeedOpt, ThreadsOpt
+from layerlab.cli.target_arg import AllowImportOpt, device_of, refuse_meta, resolve, to_device
 from layerlab.errors import UsageError
 
 TargetArg = Annotated[str, typer.Argument(
@@ -27,8 +27,6 @@ CompileBackendOpt = Annotated[str, typer.Option(
 VsReferenceOpt = Annotated[bool, typer.Option(
     "--vs-reference", help="Time the layer next to its torch.nn counterpart (the registry's, or the spec's "
     "reference:): throughput and memory side by side, with the ratio.")]
-ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", min=1, help="torch intra-op threads while measuring.",
-                                                   show_default=False)]
 DepthOpt = Annotated[Optional[int], typer.Option("--depth", min=0, help="Fold modules nested deeper than N into their "
                                                  "parent row (root = 0).", show_default=False)]
 TopOpt = Annotated[Optional[int], typer.Option("--top", min=1, help="Show only the N rows with the largest share.",
@@ -68,6 +66,7 @@ def command(
     out = Output(json_mode=json)
     dev = device_of(device)
     resolved = resolve(target, seed=seed, allow_import=allow_import)
+    refuse_meta(resolved)
     module, args = to_device(resolved.module, resolved.args, dev)
     reference = None
     if vs_reference:

@@ -19,69 +19,94 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from layerlab.cli.render_common import shape
-from layerlab.cli.render_inspect_forward import (  # noqa: F401  (WideForward, shape: re-exported)
-    FitForward, WideForward, common_kind, count, grad_fn_name, module_cell, num, table,
-    visible_calls,
+from layerlab.cli.render_common import Fit, fit_columns, shape
+from layerlab.cli.render_fold import Row
+from layerlab.cli.render_fold import rows as fold_rows
+from layerlab.cli.render_fold import fold_paths, short_path, sparkline
+from layerlab.cli.render_inspect_forward import (  # noqa: F401  (shape, module_cell: re-exported)
+    _MODULE_MIN, FitForward, _inline, inline_len, common_kind, count, grad_fn_name, module_cell, name_cell, num,
+    table, titled, visible_calls,
 )
+from layerlab.cli.render_inspect_params import param_table  # noqa: F401  (re-exported)
+from layerlab.cli.render_inspect_wide import WideForward
 from layerlab.probe.report import InspectReport, TensorInfo
 
 
-def backward_table(report: InspectReport, depth: Optional[int] = None) -> Optional[Table]:
+#: Dropped, in this order, when the cut names leave too little room; gradient norms always stay.
+_BACKWARD_DROP = ("#", "grad_fn")
+
+
+def backward_table(report: InspectReport, depth: Optional[int] = None, width: Optional[int] = None) -> Optional[Group]:
+    """Gradient norms per call; containers and folds as in the forward table (a fold's
+    ``‖∂L/∂out‖`` is its last block's, ``‖∂L/∂in‖`` its first block's, ▁▃▆ each block's
+    ``‖∂L/∂out‖``)."""
     if not report.backward.ran:
         return None
-    t = table("Backward  (gradient norms of the loss L, see the summary)")
-    t.add_column("#", justify="right", style="dim")
-    t.add_column("module", overflow="ellipsis", no_wrap=True, max_width=40)
-    t.add_column("params", justify="right")
-    t.add_column("grad_fn", overflow="ellipsis", max_width=18, no_wrap=True)
-    t.add_column("‖∂L/∂out‖", justify="right")
-    t.add_column("‖∂L/∂in‖", justify="right")
-    t.add_column("", overflow="fold")
-    for call in visible_calls(report, depth):
+    body = []  # (row, [#, params, grad_fn, out, in, flags])
+    for row in fold_rows(report, depth):
+        call = row.call
+        if call is None:  # an uncalled container
+            body.append((row, [""] * 6))
+            continue
         outs = [o for o in call.outputs if o.is_tensor]
-        ins = [i for i in call.inputs if i.is_tensor and i.requires_grad]
+        ins = [i for i in row.first.inputs if i.is_tensor and i.requires_grad]
         grad_fn = grad_fn_name(outs[0]) if outs else "—"
-        t.add_row(str(call.index), module_cell(call), count(call.params), escape(grad_fn), _grads(outs),
-                  _grads(ins), _grad_flags(outs + ins))
-    return t
+        flags = _grad_flags(outs + ins)
+        params = sum(b.params for b in row.blocks) if row.is_fold else call.params
+        body.append((row, [str(row.first.index), count(params), escape(grad_fn), _grads(outs), _grads(ins), flags]))
+        if row.is_fold:  # each block's ‖∂L/∂out‖, on a line of its own
+            norms = [b.tensor_outputs[0].grad.norm if b.tensor_outputs and b.tensor_outputs[0].grad else None
+                     for b in row.blocks]
+            body.append((Row("", row.depth + 1, caption=f"‖∂L/∂out‖ {sparkline(norms)}", fold=row), [""] * 6))
+    titles = ["#", "module", "params", "grad_fn", "‖∂L/∂out‖", "‖∂L/∂in‖", ""]
+    others = [t for t in titles if t != "module"]
+    need = {t: max([len(t)] + [Text.from_markup(cells[k]).cell_len for _, cells in body]) for k, t in enumerate(others)}
+    need["module"] = max([len("module")] + [name_cell(r).cell_len for r, _ in body if not r.caption]
+                         + [inline_len(r) for r, _ in body if r.caption])
+    need = {t: need[t] for t in titles}
+    if not any(cells[-1] for _, cells in body):
+        del need[""]
+    short = max([len("module")] + [name_cell(r).cell_len - len(r.path) + len(short_path(r.path))
+                                   for r, _ in body if not r.caption])
+    flags = min(need.get("", 0), 12)
+    soft = {"": flags, "grad_fn": min(need["grad_fn"], 12), "module": min(need["module"], short)}
+    hard = {"": flags, "grad_fn": min(need["grad_fn"], 8), "module": min(need["module"], _MODULE_MIN)}
+    widths, pad = fit_columns(need, width, soft=soft, hard=hard, drop=_BACKWARD_DROP)
+    indent = 2 if widths["module"] >= soft["module"] else 1
+    t = table("", pad=pad)
+    for name in widths:
+        if name == "module":
+            t.add_column(name, no_wrap=True, overflow="ellipsis", max_width=widths[name])
+        elif name == "grad_fn":
+            t.add_column(name, no_wrap=True, overflow="ellipsis", max_width=widths[name])
+        elif name == "":
+            t.add_column(name, overflow="fold")
+        else:
+            t.add_column(name, justify="right", no_wrap=True, min_width=widths[name], style="dim" if name == "#" else None)
+    shown: List[dict] = []
+    for row, cells in body:
+        if row.caption and _inline(shown, row, widths["module"], indent):
+            continue
+        named = dict(zip(others, cells))
+        named["module"] = name_cell(row, widths["module"], indent)
+        shown.append(named)
+    for named in shown:
+        t.add_row(*(named[n] for n in widths))
+    legend = "gradient norms of the loss L, see the summary" + ("; ×N as in Forward, ▁▃▆ ‖∂L/∂out‖ per block" if any(r.is_fold for r, _ in body)
+                                                              else "")
+    return titled("Backward", legend, t)
 
 
 def _grads(infos: List[TensorInfo]) -> str:
     shown = [num(i.grad.norm) for i in infos if i.grad is not None]
     if not shown:
         return "—" if not infos else "[dim]none[/]"
-    return ", ".join(shown[:3]) + (" …" if len(shown) > 3 else "")
+    return ", ".join(shown[:2]) + (f" [dim]+{len(shown) - 2}[/]" if len(shown) > 2 else "")
 
 
 def _grad_flags(infos: List[TensorInfo]) -> str:
     bad = [i for i in infos if i.grad is not None and not i.grad.finite]
     return "[red]" + ", ".join(f"{i.name or 'out'}: {'NaN' if i.grad.nan else 'Inf'}" for i in bad) + "[/]" if bad else ""
-
-
-_PARAM_FLAG_STYLE = {"no-grad": "red", "nan": "red", "inf": "red", "zero-grad": "yellow",
-                     "vanishing": "yellow", "exploding": "yellow"}
-
-
-def param_table(report: InspectReport) -> Optional[Table]:
-    if not report.params:
-        return None
-    t = table("Parameters")
-    t.add_column("parameter", overflow="fold", max_width=40)
-    t.add_column("shape")
-    t.add_column("‖w‖", justify="right")
-    t.add_column("‖grad‖", justify="right")
-    t.add_column("‖grad‖/‖w‖", justify="right")
-    t.add_column("", overflow="fold")
-    for p in report.params:
-        flags = " ".join(f"[{_PARAM_FLAG_STYLE.get(f, 'yellow')}]{f}[/]" for f in p.flags)
-        if p.expected:  # small or zero by construction: see the notes
-            flags = "[dim]" + " ".join(p.flags) + " (expected)[/]"
-        if not p.trainable:
-            flags = "[dim]frozen[/]"
-        t.add_row(escape(p.name), shape(p.shape), num(p.norm),
-                  num(p.grad_norm) if report.backward.ran and p.trainable else "—", num(p.ratio), flags)
-    return t
 
 
 def checks_table(report: InspectReport) -> Optional[Table]:
@@ -103,24 +128,71 @@ def checks_table(report: InspectReport) -> Optional[Table]:
     return t
 
 
-def problems_block(report: InspectReport) -> Optional[Group]:
-    if not report.problems:
+def findings_block(report: InspectReport) -> Optional[Group]:
+    """What matters, before the tables: the failure, failed formula checks, then errors and
+    warnings grouped by cause (one line per cause, ``×N`` and where, the hint once)."""
+    lines: List[Text] = []
+    f = report.failure
+    if f is not None:
+        why = f.diagnosis.message if f.diagnosis is not None else _first_lines(f.message, 1)
+        lines.append(Text.from_markup(f"[bold red]✗[/] [bold]{escape(f.phase)} failed {escape(_where(f))}[/]: "
+                                      f"{escape(why)} [dim](details below the forward table)[/]"))
+    failed = report.checks_failed
+    if failed:
+        where = ", ".join(c.path or "(root)" for c in failed[:3]) + (" …" if len(failed) > 3 else "")
+        lines.append(Text.from_markup(f"[bold red]✗[/] [bold]{len(failed)} formula check{'s' * (len(failed) != 1)} "
+                                      f"failed[/]: {escape(where)} [dim](see Formula checks)[/]"))
+    groups: dict = {}
+    for p in sorted(report.problems, key=lambda p: p.severity != "error"):  # errors first, order kept
+        groups.setdefault((p.severity, p.code), []).append(p)
+    for (severity, code), ps in groups.items():
+        mark = "[bold red]✗[/]" if severity == "error" else "[yellow]⚠[/]"
+        times = f" ×{len(ps)}" if len(ps) > 1 else ""
+        lines.append(Text.from_markup(f"{mark} [bold]{escape(code)}{times}[/] {escape(compact_message(ps[0]))}"))
+        others = [p.where for p in ps[1:] if p.where]
+        if others:
+            shown = ", ".join(others[:4]) + (f" … ({len(ps)} in all)" if len(others) > 4 else "")
+            lines.append(Text.from_markup(f"    [dim]also at:[/] {escape(shown)}"))
+        hint = next((p.hint for p in ps if p.hint), None)
+        if hint:
+            lines.append(Text.from_markup(f"    [cyan]hint:[/] {escape(hint)}"))
+    if not lines:
         return None
-    lines = []
-    for p in report.problems:
-        mark = "[bold red]✗[/]" if p.severity == "error" else "[yellow]⚠[/]"
-        lines.append(Text.from_markup(f"{mark} [bold]{escape(p.code)}[/] {escape(p.message)}"))
-        if p.hint:
-            lines.append(Text.from_markup(f"    [cyan]hint:[/] {escape(p.hint)}"))
     return Group(Text("Problems", style="bold"), *lines)
+
+
+def problems_block(report: InspectReport) -> Optional[Group]:
+    """The problems grouped by cause (kept under its old name; :func:`findings_block`)."""
+    return findings_block(report)
 
 
 def notes_block(report: InspectReport) -> Optional[Group]:
     """Findings that need no action, each with its reason (gradients zero by construction …)."""
     if not report.notes:
         return None
-    lines = [Text.from_markup(f"[cyan]ℹ[/] [bold]{escape(n.code)}[/] {escape(n.message)}") for n in report.notes]
-    return Group(Text("Notes", style="bold"), *lines)
+    lines = [Text.from_markup(f"[cyan]ℹ[/] [bold]{escape(n.code)}[/] {escape(compact_message(n))}") for n in report.notes]
+    return Group(*lines)  # each line starts with ℹ: a heading would only cost a line
+
+
+def compact_message(problem) -> str:
+    """The message, with a list of paths from its data that differ only in a block number said
+    once: ``encoder.layer.{0–11}.attention.self.key.bias`` rather than twelve paths."""
+    text = problem.message
+    for value in (problem.data or {}).values():
+        if not (isinstance(value, list) and len(value) > 1 and all(isinstance(v, str) for v in value)):
+            continue
+        folded = fold_paths(value)
+        if folded is None:
+            continue
+        for k in range(len(value), 1, -1):
+            joined = ", ".join(value[:k])
+            if joined in text:
+                tail = f" … ({len(value)} in all)"
+                span = joined + tail if joined + tail in text else joined
+                if k == len(value) or span.endswith(tail):
+                    text = text.replace(span, folded)
+                break
+    return text
 
 
 def failure_panel(report: InspectReport) -> Optional[Panel]:
@@ -149,8 +221,9 @@ def failure_panel(report: InspectReport) -> Optional[Panel]:
     if d is not None:
         lines.append("")
         lines.append(f"[bold]why:[/] {escape(d.message)}")
-        if d.expected is not None or d.got is not None:
-            lines.append(f"  expected: {escape(str(d.expected))}   got: {escape(str(d.got))}")
+        if d.expected is not None or d.got is not None:  # an unknown side is left out, not shown as None
+            sides = [f"{k}: {escape(str(v))}" for k, v in (("expected", d.expected), ("got", d.got)) if v is not None]
+            lines.append("  " + "   ".join(sides))
         if d.rule:
             lines.append(f"  [dim]rule: {escape(d.rule)}[/]")
         if d.hint:
@@ -196,60 +269,74 @@ def _first_lines(text: str, n: int = 4) -> str:
 
 
 def summary(report: InspectReport) -> Table:
+    """A few lines: the model and its size, input → output, calls and formula checks, the loss,
+    the time, and the verdict with the problem counts."""
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
     dtype, device = common_kind(report)
-    t.add_row("model", f"{escape(report.model)}  ({report.mode} mode, {escape(str(dtype))} on {escape(str(device))})")
-    t.add_row("parameters", f"{report.total_params:,} ({report.trainable_params:,} trainable)")
-    ins = [i for i in report.inputs if i.is_tensor]
-    if ins:
-        t.add_row("input", escape(", ".join(f"{i.name} {shape(i.shape)}" for i in ins)))
-    outs = [o for o in report.outputs if o.is_tensor]
-    if outs:
-        t.add_row("output", escape(", ".join(f"{o.name + ' ' if o.name else ''}{shape(o.shape)}" for o in outs)))
+    trainable = ("all trainable" if report.trainable_params == report.total_params
+                 else f"{report.trainable_params:,} trainable")
+    t.add_row("model", f"{escape(report.model)}  ({report.mode} mode, {escape(str(dtype))} on {escape(str(device))}), "
+                       f"{report.total_params:,} parameters ({trainable})")
+    ins = ", ".join(f"{i.name} {shape(i.shape)}" for i in report.inputs if i.is_tensor)
+    outs = ", ".join(f"{o.name + ' ' if o.name else ''}{shape(o.shape)}" for o in report.outputs if o.is_tensor)
+    if ins or outs:
+        t.add_row("in → out", escape(f"{ins or '—'} → {outs or '—'}"))
     calls = len(report.calls)
     modules = len({c.path for c in report.calls})
-    t.add_row("calls", f"{calls} module call{'s' * (calls != 1)} ({modules} module{'s' * (modules != 1)})")
+    call_text = f"{calls} module call{'s' * (calls != 1)} ({modules} module{'s' * (modules != 1)})"
+    if report.checks:
+        ran = [c for c in report.checks if c.passed is not None]
+        failed = report.checks_failed
+        checks = f"{len(ran) - len(failed)} passed, " + (f"[bold red]{len(failed)} failed[/]" if failed else "0 failed")
+        skipped = len(report.checks) - len(ran)
+        t.add_row("calls", call_text)
+        t.add_row("formula checks", checks + (f", {skipped} not checked" if skipped else ""))
+    else:
+        t.add_row("calls", call_text + ", no formula check applies")
     b = report.backward
     if b.ran:
         t.add_row("backward", f"L = {num(b.loss_value, 4)}  ({escape(b.loss)})")
     else:
         t.add_row("backward", f"[dim]skipped: {escape(b.skipped or '')}[/]")
-    ran = [c for c in report.checks if c.passed is not None]
-    failed = report.checks_failed
-    check_text = f"{len(ran) - len(failed)} passed, " + (f"[bold red]{len(failed)} failed[/]" if failed else "0 failed")
-    skipped = len(report.checks) - len(ran)
-    t.add_row("formula checks", check_text + (f", {skipped} not checked" if skipped else ""))
-    errors, warnings = len(report.errors) + (report.failure is not None), len(report.warnings)
-    t.add_row("problems", (f"[bold red]{errors} error{'s' * (errors != 1)}[/]" if errors else "0 errors")
-              + (" (the failure above)" if report.failure is not None and errors == 1 else "") + ", "
-              + (f"[yellow]{warnings} warnings[/]" if warnings else "0 warnings")
-              + (f", {len(report.notes)} note{'s' * (len(report.notes) != 1)}" if report.notes else ""))
     if report.ops is not None:
         t.add_row("ops", f"{len(report.ops)} op{'s' * (len(report.ops) != 1)} of the model's own code recorded")
     timing = report.timing
     if timing:
         parts = [f"{k.replace('_s', '')} {1e3 * v:.1f} ms" for k, v in timing.items()]
         t.add_row("time", ", ".join(parts))
+    errors, warnings = len(report.errors) + (report.failure is not None), len(report.warnings)
+    counts = ((f"[bold red]{errors} error{'s' * (errors != 1)}[/]" if errors else "0 errors")
+              + (" (the failure above)" if report.failure is not None and errors == 1 else "") + ", "
+              + (f"[yellow]{warnings} warnings[/]" if warnings else "0 warnings")
+              + (f", {len(report.notes)} note{'s' * (len(report.notes) != 1)}" if report.notes else ""))
     verdict = "[bold green]OK[/]" if report.ok else "[bold red]FAILED[/]"
-    t.add_row("result", verdict)
+    t.add_row("result", f"{verdict}  ({counts})")
     return t
 
 
 def render(report: InspectReport, depth: Optional[int] = None, title: Optional[str] = None,
            wide: bool = False) -> List[Any]:
-    """Everything shown by ``layerlab inspect``, in order (``wide``: the forward table with every
-    field in its own column, a :class:`WideForward`: print it on a console that wide)."""
+    """Everything shown by ``layerlab inspect``, in order: the problems that matter (grouped by
+    cause), the forward table, the failure panel, backward, parameters, formula checks, notes,
+    summary. Each table lays itself out for the width it is printed at (``wide``: the forward
+    table with every field in its own column, a :class:`WideForward`: print it on a console
+    that wide)."""
     parts: List[Any] = []
     if title:
         parts.append(Text(title, style="bold"))
+    findings = findings_block(report)
+    if findings is not None:
+        parts += [findings, Text("")]
     parts.append(WideForward(report, depth) if wide else FitForward(report, depth))
     failure = failure_panel(report)
     if failure is not None:
         parts += [Text(""), failure]
-    for part in (backward_table(report, depth), param_table(report) if report.backward.ran else None,
-                 checks_table(report), problems_block(report), notes_block(report)):
+    tables = [Fit(lambda w: backward_table(report, depth, w)) if report.backward.ran else None,
+              Fit(lambda w: param_table(report, depth, w)) if report.backward.ran and report.params else None,
+              checks_table(report), notes_block(report)]
+    for part in tables:
         if part is not None:
             parts += [Text(""), part]
     parts += [Text(""), Text("Summary", style="bold"), summary(report)]

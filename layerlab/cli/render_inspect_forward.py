@@ -9,11 +9,14 @@ from collections import Counter
 from typing import Any, List, Optional
 
 from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from layerlab.cli.render_common import shape
+from layerlab.cli.render_common import fit_columns, shape
+from layerlab.cli.render_fold import Row, container_summary, short_path, sparkline
+from layerlab.cli.render_fold import rows as fold_rows
 from layerlab.probe.report import CallRecord, InspectReport, TensorInfo
 
 def num(x: Optional[float], digits: int = 3) -> str:
@@ -45,8 +48,14 @@ def grad_fn_name(info: TensorInfo) -> str:
 
 
 def table(title: str, pad: int = 2) -> Table:
-    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+    return Table(title=title or None, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
                  header_style="bold", pad_edge=False, padding=(0, 0, 0, pad), show_edge=False)
+
+
+def titled(title: str, legend: str, body: Table) -> Group:
+    """The title (bold) and its legend (dim) on lines of their own above ``body``: a table's
+    own title would wrap at the table's width, however wide the terminal."""
+    return Group(Text.assemble((title, "bold"), (f"  ({legend})" if legend else "", "dim")), body)
 
 
 def module_cell(call: CallRecord, max_width: Optional[int] = None, indent: int = 2) -> Text:
@@ -59,7 +68,12 @@ def module_cell(call: CallRecord, max_width: Optional[int] = None, indent: int =
     else:
         pad, label, cls = " " * indent * call.depth, call.label, call.class_name
         if max_width is not None and len(pad) + len(label) + 1 + len(cls) > max_width:
-            label, cls = _cut(label, cls, max_width - len(pad) - 1)
+            leaf, suffix = short_path(call.path), call.label[len(call.path):]  # the parents are the indentation
+            label = leaf + suffix
+            if len(pad) + len(label) + 1 + len(cls) > max_width:
+                numbered = leaf[-1:].isdigit()  # h.10: the number is the name; word_embeddings: its start
+                label, cls = _cut(leaf, cls, max_width - len(pad) - 1 - len(suffix), left=numbered)
+                label += suffix
         text = Text(pad + label)
         text.append(f" {cls}", style="dim")
     if call.status == "raised":
@@ -69,8 +83,9 @@ def module_cell(call: CallRecord, max_width: Optional[int] = None, indent: int =
     return text
 
 
-def _cut(label: str, cls: str, room: int) -> tuple:
-    """Shorten ``label`` (from the left) and ``cls`` (from the right) to ``room`` cells together."""
+def _cut(label: str, cls: str, room: int, left: bool = True) -> tuple:
+    """Shorten ``label`` (from the left, or the right when not ``left``) and ``cls`` (from the
+    right) to ``room`` cells together."""
 
     def shrink(text: str, over: int, floor: int, left: bool) -> tuple:
         keep = max(min(len(text), floor), len(text) - over)
@@ -81,7 +96,7 @@ def _cut(label: str, cls: str, room: int) -> tuple:
 
     over = len(label) + len(cls) - room
     cls, over = shrink(cls, over, 8, left=False)
-    label, over = shrink(label, over, 8, left=True)
+    label, over = shrink(label, over, 8, left=left)
     cls, over = shrink(cls, over, 3, left=False)
     return label, cls
 
@@ -147,70 +162,170 @@ def _shown_outputs(call: CallRecord) -> List[TensorInfo]:
     return call.tensor_outputs or call.outputs[:1]
 
 
-#: The module column keeps at least this many cells before the flags column starts to wrap.
-_MODULE_MIN = 12  # below this a name says nothing; the stats columns are never cut
+#: The module column keeps at least this many cells before a column is dropped; below this a
+#: name says nothing. Number columns are never cut (see render_common.fit_columns).
+_MODULE_MIN = 12
 _STATS = ("mean", "std", "min", "max", "zeros")
+#: What goes first when even the cut names leave too little room (at 80 columns, typically):
+#: the row index (only for cross-reading with the formula checks), then the share of zeros,
+#: then the input shape (the previous row's output, mostly). Output, mean, std, min, max and
+#: the flags (NaN/Inf) always stay.
+_FORWARD_DROP = ("#", "zeros", "input")
+
+
+def name_cell(row: Row, max_width: Optional[int] = None, indent: int = 2) -> Text:
+    """The module column of any :class:`~layerlab.cli.render_fold.Row`: a call
+    (:func:`module_cell`), an uncalled container (``h  12 × GPT2Block``) or a fold of identical
+    blocks (``h.0–11 GPT2Block ×12``: the ``×12`` is never cut)."""
+    pad = " " * indent * row.depth
+    if row.caption:
+        return Text(pad + "└ " + row.caption, style="dim")
+    if not row.is_fold and not row.is_container:
+        return module_cell(row.call, max_width, indent)
+    if row.is_container:
+        label, cls, suffix = row.path, container_summary(row), ""
+    else:
+        label, cls, suffix = row.path, row.call.class_name, f" ×{len(row.blocks)}"
+    if max_width is not None and len(pad) + len(label) + 1 + len(cls) + len(suffix) > max_width:
+        label = short_path(label)
+        if len(pad) + len(label) + 1 + len(cls) + len(suffix) > max_width:
+            label, cls = _cut(label, cls, max_width - len(pad) - 1 - len(suffix))
+    text = Text(pad + label)
+    text.append(f" {cls}", style="dim")
+    if suffix:
+        text.append(suffix, style="bold")
+    return text
 
 
 def forward_table(report: InspectReport, depth: Optional[int] = None, width: Optional[int] = None,
-                  wide: bool = False) -> Table:
-    """One row per module call (a sub-row per further tensor output).
+                  wide: bool = False) -> Any:
+    """One row per module call (a sub-row per further tensor output), uncalled containers as their
+    own level and runs of identical blocks folded (see :mod:`~layerlab.cli.render_fold`).
 
-    The default table fits ``width`` cells: index, module (cut with an ellipsis when needed),
-    first tensor input (``+N`` more), output, stats and a flags column (NaN/Inf, an unusual
-    dtype·device, ``no grad``). ``wide=True`` gives every field its own column instead.
+    Laid out for ``width`` cells: names are cut with an ellipsis down to a floor, then whole
+    columns are dropped (``_FORWARD_DROP``); a number is never cut. ``wide=True`` gives the
+    ``--wide`` table instead (every field in its own column).
     """
     if wide:
+        from layerlab.cli.render_inspect_wide import _wide_table
+
         return _wide_table(report, depth)
     common, grad = common_kind(report), _common_grad(report)
-    rows = []  # (call, output name of a sub-row or None, the cells but the module); (None, op, cells) for an op
+    lines = []  # (row or None, op or output name of a sub-row or None, [#, input, (name, shape), stats…, flags])
     ops = visible_ops(report, depth)
-    for call in visible_calls(report, depth):
-        while ops and ops[0].after_call <= call.index:
-            rows.append(_op_row(report, ops.pop(0)))
+    for row in fold_rows(report, depth):
+        call = row.call
+        while ops and call is not None and ops[0].after_call <= call.index:
+            lines.append(_op_row(report, ops.pop(0)))
+        if call is None:  # an uncalled container
+            lines.append((row, None, ["", "", ("", "")] + [""] * 6))
+            continue
         outs = _shown_outputs(call)
         first = outs[0] if outs else None
-        rows.append((call, None, [str(call.index), _input_cell(call),
-                                  *_tensor_cells(call, first, common, grad, head=True)]))
+        cells = [str(row.first.index), _input_cell(row.first), *_tensor_cells(call, first, common, grad, head=True)]
+        lines.append((row, None, cells))
+        if row.is_fold:  # each block's output std, on a line of its own: it needs no column
+            stds = [b.tensor_outputs[0].stats.std if b.tensor_outputs and b.tensor_outputs[0].stats else None
+                    for b in row.blocks]
+            lines.append((Row("", row.depth + 1, caption=f"std {sparkline(stds)}", fold=row), None,
+                          ["", "", ("", "")] + [""] * 6))
         for extra in outs[1:]:
-            rows.append((call, extra.name, ["", "", *_tensor_cells(call, extra, common, grad, head=False)]))
-    rows += [_op_row(report, op) for op in ops]
+            lines.append((row, extra.name, ["", "", *_tensor_cells(call, extra, common, grad, head=False)]))
+    lines += [_op_row(report, op) for op in ops]
 
-    def module(call: Optional[CallRecord], sub: Any, max_width: Optional[int] = None, indent: int = 2) -> Text:
-        if call is None:
+    def module(row: Optional[Row], sub: Any, max_width: Optional[int] = None, indent: int = 2) -> Text:
+        if row is None:
             return op_cell(report, sub, indent)
         if sub is None:
-            return module_cell(call, max_width, indent)
-        return Text(" " * indent * (call.depth + 1) + f"└ {sub}", style="dim")
+            return name_cell(row, max_width, indent)
+        return Text(" " * indent * (row.depth + 1) + f"└ {sub}", style="dim")
 
-    cells = [r[2] for r in rows]
-    headers = ["#", "input", "output", *_STATS, ""]
-    widths = [max(_width(cells, i), len(h)) for i, h in enumerate(headers)]
-    with_flags = widths[-1] > 0 and any(r[-1] for r in cells)
-    module_need = max([len("module")] + [module(c, sub).cell_len for c, sub, _ in rows if c is not None]
-                      + [min(module(c, sub).cell_len, 40) for c, sub, _ in rows if c is None])
-    module_w, pad, indent = module_need, 2, 2
-    if width is not None:  # 2 cells of padding as in the other tables, 1 rather than cut the module names
-        ncols = len(headers) + 1 - (0 if with_flags else 1)
-        for pad in (2, 1):
-            rest = sum(widths[:-1]) + (widths[-1] if with_flags else 0) + (ncols - 1) * (1 + pad)
-            if module_need <= width - rest:
-                break
-        module_w = max(min(module_need, width - rest), min(module_need, _MODULE_MIN))
-        if module_w < module_need:  # names get cut: first, one cell of indentation per level
-            indent = 1
-    t = table("Forward", pad=pad)
-    t.add_column("#", justify="right", style="dim", no_wrap=True)
-    t.add_column("module", overflow="ellipsis", no_wrap=True, max_width=module_w)
-    t.add_column("input", no_wrap=True, min_width=widths[1])
-    t.add_column("output", no_wrap=True, min_width=widths[2])
-    for i, name in enumerate(_STATS, start=3):
-        t.add_column(name, justify="right", no_wrap=True, min_width=widths[i])
-    if with_flags:
-        t.add_column("", overflow="fold")
-    for call, sub, row in rows:
-        t.add_row(row[0], module(call, sub, module_w, indent), *row[1:] if with_flags else row[1:-1])
-    return t
+    titles = ["#", "module", "input", "output", *_STATS, ""]
+    body = [[r[2][0], None, *r[2][1:]] for r in lines]
+    need = {t: max([_cell_len(b[i]) for b in body] + [len(t)]) for i, t in enumerate(titles) if t != "module"}
+    need["module"] = max([len("module")] + [module(r, sub).cell_len for r, sub, _ in lines if r is not None and not r.caption]
+                         + [inline_len(r) for r, _, _ in lines if r is not None and r.caption]
+                         + [min(module(r, sub).cell_len, 40) for r, sub, _ in lines if r is None])
+    need = {t: need[t] for t in titles}
+    if not any(b[-1] for b in body):
+        del need[""]
+    out_floor = max([len("output")] + [_cell_len(("", b[3][1])) + min(len(b[3][0]), 6) for b in body
+                                        if isinstance(b[3], tuple)])
+    short = max([len("module")] + [_short_len(r) for r, sub, _ in lines if r is not None and sub is None])
+    flags = min(need.get("", 0), 12)
+    soft = {"": flags, "output": out_floor, "module": min(need["module"], short)}
+    hard = {"": flags, "output": out_floor, "module": min(need["module"], _MODULE_MIN)}
+    widths, pad = fit_columns(need, width, soft=soft, hard=hard, drop=_FORWARD_DROP)
+    indent = 2 if widths["module"] >= soft["module"] else 1  # names get cut: one cell of indentation per level
+    t = table("", pad=pad)
+    for name in widths:
+        if name == "module":
+            t.add_column(name, overflow="ellipsis", no_wrap=True, max_width=widths[name])
+        elif name == "":
+            t.add_column(name, overflow="fold")
+        else:
+            t.add_column(name, justify="left" if name in ("input", "output") else "right", no_wrap=True,
+                         style="dim" if name == "#" else None, min_width=widths[name])
+    shown: List[dict] = []
+    for (row, sub, _), b in zip(lines, body):
+        if row is not None and row.caption and _inline(shown, row, widths["module"], indent):
+            continue
+        cells = dict(zip(titles, b))
+        cells["module"] = module(row, sub, widths["module"], indent)
+        cells["output"] = _output_text(cells["output"], widths["output"])
+        shown.append(cells)
+    for cells in shown:
+        t.add_row(*(cells[name] for name in widths))
+    return titled("Forward", _FOLD_LEGEND if any(r is not None and r.is_fold for r, _, _ in lines) else "", t)
+
+
+_FOLD_LEGEND = "×N: N identical blocks as one row: first's input, last's output, ▁▃▆ std per block"
+
+
+def _inline(shown: List[Any], row: Row, width: int, indent: int) -> bool:
+    """Put a fold's sparkline (``row.caption``, the line after the fold) after the fold's name
+    when the module column has room, shortening the name to what the indentation leaves (then
+    the sparkline needs no line of its own): says whether it did."""
+    if not shown or row.fold is None:
+        return False
+    name, spark = shown[-1]["module"], row.caption.rsplit(" ", 1)[-1]  # the legend says what it shows
+    if name.cell_len + 2 + len(spark) > width:
+        name = name_cell(row.fold, width - 2 - len(spark), indent)
+        if "…" in name.plain or name.cell_len + 2 + len(spark) > width:
+            return False
+    name.append("  " + spark, style="dim")
+    shown[-1]["module"] = name
+    return True
+
+
+def inline_len(caption: Row) -> int:
+    """Cells of a fold's name with its sparkline after it."""
+    return name_cell(caption.fold).cell_len + 2 + len(caption.caption.rsplit(" ", 1)[-1])
+
+
+def _short_len(row: Row) -> int:
+    """Cells of the row's name without its parents (what the indentation shows) and with its
+    class name cut to 8 cells (``Multihe…``)."""
+    full = name_cell(row).cell_len
+    cls = row.call.class_name if row.call is not None else ""
+    return (full - len(row.path) + len(short_path(row.path)) if row.path else full) - max(len(cls) - 8, 0)
+
+
+def _cell_len(cell: Any) -> int:
+    if isinstance(cell, tuple):  # (output name, shape)
+        return Text.from_markup(escape(cell[0]) + cell[1]).cell_len
+    return Text.from_markup(cell).cell_len if isinstance(cell, str) else 0
+
+
+def _output_text(cell: Any, width: int) -> str:
+    """``name shape``, the name cut with an ellipsis when the column is narrower (never the shape)."""
+    if not isinstance(cell, tuple):
+        return cell
+    name, body = cell
+    room = width - Text.from_markup(body).cell_len
+    if len(name) > room:
+        name = (name[: max(room - 2, 1)] + "… ") if room >= 3 else ""
+    return escape(name) + body
 
 
 def visible_ops(report: InspectReport, depth: Optional[int]) -> list:
@@ -248,10 +363,6 @@ def _op_row(report: InspectReport, op) -> tuple:
     return None, op, ["", first, out, "", "", "", "", "", ""]
 
 
-def _width(rows: List[list], column: int) -> int:
-    return max((Text.from_markup(r[column]).cell_len for r in rows if isinstance(r[column], str)), default=0)
-
-
 def _input_cell(call: CallRecord) -> str:
     """The first tensor input's shape, ``+N`` when there are N more (all of them: ``--wide``)."""
     ins = call.tensor_inputs
@@ -270,100 +381,9 @@ def _tensor_cells(call: CallRecord, info: Optional[TensorInfo], common: tuple, g
     if not info.is_tensor:
         return [escape(repr(info.value))] + [""] * 6
     s = info.stats
-    prefix = f"{info.name} " if head and info.name else ""
+    prefix = f"{info.name} " if head and info.name else ""  # cut before the shape when room is short
     stats = [""] * 5 if s is None else [stat(s.mean), stat(s.std), stat(s.min), stat(s.max), pct_zeros(s.zeros)]
-    return [escape(prefix + shape(info.shape)), *stats, _flags(info, common, grad)]
-
-
-_WIDE_COLUMNS = ("#", "path", "class", "inputs", "output", "dtype", "device", "requires_grad", "grad_fn",
-                 "params", "mean", "std", "min", "max", "zeros", "NaN", "Inf")
-_RIGHT = {"#", "params", "mean", "std", "min", "max", "zeros", "NaN", "Inf"}
-
-
-def _wide_table(report: InspectReport, depth: Optional[int]) -> Table:
-    """``--wide``: every field of every call in its own column; a sub-row per further tensor output."""
-    common = common_kind(report)
-    t = table("Forward")
-    for name in _WIDE_COLUMNS:
-        t.add_column(name, justify="right" if name in _RIGHT else "left", no_wrap=True,
-                     style="dim" if name == "#" else None)
-    for call in visible_calls(report, depth):
-        outs = _shown_outputs(call)
-        path = Text("  " * call.depth + call.label)
-        if call.status == "raised":
-            path.stylize("bold red")
-        elif call.status == "unfinished":
-            path.stylize("red")
-        params = f"{call.params:,}"
-        if call.trainable != call.params:
-            params += f" [dim]({call.trainable:,} trainable)[/]"
-        head = [str(call.index), path, escape(call.class_name), _inputs_cell(call, common)]
-        if call.status != "ok":
-            status = "[red]raised[/]" if call.status == "raised" else "[red]unfinished[/]"
-            t.add_row(*head, status, "", "", "", "", params, *[""] * 7)
-            continue
-        for k, info in enumerate(outs or [None]):
-            cells = _wide_tensor_cells(info)
-            if k == 0:
-                t.add_row(*head, cells[0], *cells[1:5], params, *cells[5:])
-            else:
-                t.add_row("", Text("  " * call.depth + "  └", style="dim"), "", "", cells[0], *cells[1:5], "",
-                          *cells[5:])
-    return t
-
-
-def _inputs_cell(call: CallRecord, common: tuple) -> str:
-    """Every tensor input: ``(8, 3, 32, 32)``, or ``name (shape)`` each when there are several;
-    the dtype (device) added where it differs from the common one."""
-    ins = call.tensor_inputs
-    if not ins:
-        return "—"
-    parts = []
-    for i in ins:
-        text = escape(f"{i.name} {shape(i.shape)}" if len(ins) > 1 and i.name else shape(i.shape))
-        if i.dtype and i.dtype != common[0]:
-            text += f" [yellow]{escape(i.dtype)}[/]"
-        if i.device and i.device != common[1]:
-            text += f" [yellow]{escape(i.device)}[/]"
-        parts.append(text)
-    return ", ".join(parts)
-
-
-def _wide_tensor_cells(info: Optional[TensorInfo]) -> list:
-    """output, dtype, device, requires_grad, grad_fn, mean, std, min, max, zeros, NaN, Inf."""
-    if info is None:
-        return ["—"] + [""] * 11
-    if not info.is_tensor:
-        return [escape(repr(info.value))] + [""] * 11
-    out = escape(f"{info.name} {shape(info.shape)}" if info.name else shape(info.shape))
-    meta = [escape(info.dtype or "—"), escape(info.device or "—"), str(info.requires_grad),
-            escape(info.grad_fn or "—")]
-    s = info.stats
-    if s is None:
-        return [out, *meta] + [""] * 7
-    bad = lambda n: f"[red]{n}[/]" if n else "0"  # noqa: E731
-    return [out, *meta, stat(s.mean), stat(s.std), stat(s.min), stat(s.max), pct_zeros(s.zeros), bad(s.nan), bad(s.inf)]
-
-
-class WideForward:
-    """The ``--wide`` forward table. It is meant to be printed whole: :meth:`width_needed` says
-    how many cells the console must have for no column to be squeezed."""
-
-    def __init__(self, report: InspectReport, depth: Optional[int]) -> None:
-        self.table = _wide_table(report, depth)
-
-    def width_needed(self, console: Any) -> int:
-        from rich.measure import Measurement
-
-        return Measurement.get(console, console.options.update_width(100_000), self.table).maximum
-
-    def __rich_console__(self, console, options):
-        yield self.table
-
-    def __rich_measure__(self, console, options):
-        from rich.measure import Measurement
-
-        return Measurement.get(console, options, self.table)
+    return [(prefix, escape(shape(info.shape))), *stats, _flags(info, common, grad)]
 
 
 class FitForward:

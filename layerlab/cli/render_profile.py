@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from layerlab.cli.render_common import inputs as _inputs
+from layerlab.cli.render_fold import short_path
 from layerlab.profiling.report import Comparison, ProfileReport, ProfileRow
 
 
@@ -87,7 +88,8 @@ def report(r: ProfileReport, depth: Optional[int] = None, top: Optional[int] = N
     for title in ("fwd ms", "bwd ms", "share", "FLOPs", "act. mem", "params"):
         table.add_column(title, justify="right", no_wrap=True)
     for x in rows:
-        name = x.label if x.path == "" else ("  " * x.depth + x.label.rsplit(".", 1)[-1])
+        # below its parent, as the indentation shows; a numbered block keeps its container (h.0, not 0)
+        name = x.label if x.path == "" else ("  " * x.depth + short_path(x.path) + x.label[len(x.path):])
         table.add_row(escape(name), escape(x.class_name), ms(x.forward_s), ms(x.backward_s) if r.backward else "—",
                       f"{100 * x.share:.1f}%", _flops_cell(x.flops_forward, x.flops_not_counted),
                       size(x.activation_bytes), size(x.param_bytes))

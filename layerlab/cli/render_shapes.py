@@ -29,8 +29,9 @@ def _notes(ex: Explanation) -> List[Any]:
 def _error(ex: Explanation) -> Panel:
     err = ex.error
     lines = [f"[bold]{escape(err.message)}[/]"]
-    if err.expected is not None or err.got is not None:
-        lines.append(f"expected: {escape(str(err.expected))}   got: {escape(str(err.got))}")
+    if err.expected is not None or err.got is not None:  # an unknown side is left out, not shown as None
+        lines.append("   ".join(f"{k}: {escape(str(v))}" for k, v in (("expected", err.expected), ("got", err.got))
+                                if v is not None))
     lines.append(f"torch raises: [red]{escape(err.torch_exception)}: {escape(err.torch_message)}[/]")
     if err.rule:
         lines.append(f"[dim]rule: shape_rules {escape(err.rule)}[/]")

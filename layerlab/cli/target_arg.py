@@ -7,7 +7,7 @@ building is :mod:`layerlab.checks.resolve`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from typing import Annotated
@@ -52,17 +52,54 @@ def resolve(target: str, *, seed: Optional[int], allow_import: bool, strict: boo
 
 
 def device_of(name: Optional[str]):
-    """``--device`` → ``torch.device`` (``None`` keeps the spec's); unknown or absent devices exit 2."""
+    """``--device`` → ``torch.device`` (``None`` keeps the spec's), checked before any work.
+
+    An unknown name, a device this machine lacks (``mps``, ``xla``, ``cuda`` without CUDA, ``cuda:3``
+    with one GPU) and ``meta`` (no values to compute with) are usage errors naming ``--device`` and
+    the devices there are, exit 2.
+    """
     if name is None:
         return None
     import torch
 
+    from layerlab.arguments import META_HINT, META_MESSAGE
+
+    here = ", ".join(available_devices())
     try:
         dev = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"unknown device {name!r}", where="--device", expected="cpu, cuda, cuda:1, mps",
-                         got=name) from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda, but CUDA is not available here", where="--device", got=name,
-                         hint="run on a machine with a GPU, or drop --device")
+    except (RuntimeError, ValueError, TypeError):
+        raise UsageError(f"unknown device {name!r}", where="--device", expected=here, got=name,
+                         hint=f"devices here: {here}") from None
+    if dev.type == "meta":
+        raise UsageError(META_MESSAGE, where="--device", got=name, hint=META_HINT)
+    try:
+        torch.empty(0, device=dev)  # the one way to ask every backend "is it really there?"
+    except Exception as exc:  # RuntimeError (mps, xla, bad ordinal), AssertionError (no CUDA build)
+        what = "CUDA" if dev.type == "cuda" and not torch.cuda.is_available() else repr(str(dev))
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:100]
+        raise UsageError(f"--device {name}, but {what} is not available here", where="--device",
+                         expected=here, got=name, hint=f"torch says: {reason}; devices here: {here}") from None
     return dev
+
+
+def available_devices() -> List[str]:
+    """The devices this machine can run on: ``cpu``, then ``cuda:N``/``mps``/``xpu:N`` where present."""
+    import torch
+
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        names.append("mps")
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        names += [f"xpu:{i}" for i in range(xpu.device_count())]
+    return names
+
+
+def refuse_meta(resolved) -> None:
+    """A target built on the meta device (a spec's ``device: meta``) has no values to check: exit 2."""
+    from layerlab.arguments import check_not_meta
+
+    check_not_meta(resolved.module, [a.value for a in resolved.args], where=resolved.target)

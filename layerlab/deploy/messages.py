@@ -45,6 +45,10 @@ _TRACE_TYPE = re.compile(r"^(.*Tracer cannot infer type of [\w.]+)\(.*$")
 def first_line(exc: BaseException) -> str:
     """``ExcType: the first meaningful line`` (for torch.export's constraint errors, the violation;
     for a wrapper such as the ONNX exporter's "Failed to export …", the error it wraps)."""
+    try:
+        str(exc)
+    except Exception:  # the model's own exception class may fail to print: its name still says something
+        return f"{type(exc).__name__} (its message could not be shown: str() raised)"
     cause = exc.__cause__
     if cause is not None and str(exc).lstrip().startswith(("Failed to export", "Failed to convert")):
         return first_line(cause)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from layerlab.checks.report import Status, status_counts
+from layerlab.report_render import Displayable  # imports no Rich: it renders on demand
 
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
@@ -81,8 +82,8 @@ class PathResult:
         }
 
 
-@dataclass
-class ExportReport:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class ExportReport(Displayable):
     """Every selected path tried on one layer (a row of the matrix).
 
     Attributes:
@@ -132,8 +133,8 @@ class ExportReport:
         }
 
 
-@dataclass
-class ExportMatrix:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class ExportMatrix(Displayable):
     """``--all``: one :class:`ExportReport` per registry layer."""
 
     reports: List[ExportReport]

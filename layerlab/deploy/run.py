@@ -59,8 +59,11 @@ def export_check(module: Any, *inputs: Any, paths: Optional[Sequence[str]] = Non
         forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
         **kwargs: keyword forward arguments (``attn_mask=…``).
     """
+    from layerlab.arguments import check_module, check_seed
     from layerlab.checks.case import Arg, positional_names
 
+    check_module(module, "layerlab.export_check")
+    check_seed(seed)
     names = positional_names(module, len(inputs))
     args = [Arg(n, v, False) for n, v in zip(names, inputs)]
     args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
@@ -82,8 +85,12 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
     from layerlab.deploy.onnx import onnx
     from layerlab.deploy.variants import make_variants
 
-    if not isinstance(module, torch.nn.Module):
-        raise UsageError("export_check needs a torch.nn.Module", expected="nn.Module", got=type(module).__name__)
+    from layerlab.arguments import check_module, check_not_meta, check_tolerance
+
+    check_module(module, "layerlab.export_check")
+    check_tolerance(rtol, "rtol")
+    check_tolerance(atol, "atol")
+    check_not_meta(module, [a.value for a in args])  # every path compares values with eager's
     selected = select_paths(paths)
     t0 = time.perf_counter()
     args = detached(args)

@@ -21,6 +21,7 @@ import torch
 from layerlab.probe.hooks import flatten
 
 RANDOM_PROJECTION = "random projection ⟨out, R⟩, R ~ U(−1, 1) seeded, ‖R‖ = 1"
+META_PROJECTION = "⟨out, R⟩ on meta (shapes only: no values)"
 
 
 def differentiable_outputs(output: Any) -> List[torch.Tensor]:
@@ -66,9 +67,14 @@ def run_backward(
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             raise TypeError(f"loss must return a scalar tensor, got {type(value).__name__}")
         grads = torch.autograd.grad(value, targets, allow_unused=True)
-        return float(value.detach()), list(grads), getattr(loss, "__name__", "user loss")
+        read = None if value.is_meta else float(value.detach())
+        return read, list(grads), getattr(loss, "__name__", "user loss")
     if outs is None:
         outs = differentiable_outputs(output)
+    if any(o.is_meta for o in outs):  # a shape-only run: output gradients of the right shapes, no draw
+        grads = torch.autograd.grad(outs, targets, grad_outputs=[torch.empty_like(o) for o in outs],
+                                    allow_unused=True)
+        return None, list(grads), META_PROJECTION
     projections = random_projection(outs, seed)
     value = sum(_dot(o.detach(), r) for o, r in zip(outs, projections))
     grads = torch.autograd.grad(outs, targets, grad_outputs=projections, allow_unused=True)

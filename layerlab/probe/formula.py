@@ -36,6 +36,12 @@ _TORCH_OPS: List[Tuple[type, str]] = [
     (nn.PixelShuffle, "pixel_shuffle"),
     (nn.PixelUnshuffle, "pixel_unshuffle"),
     (nn.Flatten, "flatten"),
+    (nn.modules.padding._ReflectionPadNd, "reflection_pad"),
+    (nn.modules.padding._ReplicationPadNd, "replication_pad"),
+    (nn.modules.padding._CircularPadNd, "circular_pad"),
+    (nn.modules.padding._ConstantPadNd, "constant_pad"),  # ZeroPad too (value 0)
+    (nn.FractionalMaxPool2d, "fractional_max_pool"),
+    (nn.FractionalMaxPool3d, "fractional_max_pool"),
 ]
 
 

@@ -86,7 +86,10 @@ def _plain_value(value: Any) -> Any:
         isinstance(v, (bool, int, float, str, type(None))) for v in value
     ):
         return list(value)
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a user object whose __repr__ raises: its type still describes it
+        return type(value).__name__
     return text if len(text) <= 40 else type(value).__name__
 
 

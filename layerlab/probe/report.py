@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from layerlab.errors import Problem
+from layerlab.report_render import Displayable  # imports no Rich: it renders on demand
 
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
@@ -342,8 +343,8 @@ class BackwardInfo:
     skipped: Optional[str] = None
 
 
-@dataclass
-class InspectReport:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class InspectReport(Displayable):
     """Everything ``layerlab.inspect`` saw: calls, parameters, formula checks, problems, failure.
 
     ``ok`` is true when nothing raised, every formula check that ran passed and no problem has
@@ -367,6 +368,7 @@ class InspectReport:
     trainable_params: int = 0
     timing: Dict[str, float] = field(default_factory=dict)
     notes: List[Problem] = field(default_factory=list)
+    memory: Optional[Any] = None  # a probe.meta.MetaMemory, for a run with meta=True
     schema: int = SCHEMA_VERSION
 
     @property

@@ -41,6 +41,7 @@ def inspect(
     forward_kwargs: Optional[Dict[str, Any]] = None,
     ops: bool = False,
     fix: bool = True,
+    meta: bool = False,
     **kwargs: Any,
 ):
     """Run ``module(*inputs, **kwargs)`` (and a backward pass) with probes; return the report.
@@ -67,6 +68,10 @@ def inspect(
         fix (bool, optional): when the forward raises, re-run it on a copy of the model to find
             where the offending input came from, and apply the suggested fix to another copy to
             check that the model then runs (``failure.diagnosis.verified``). Default: ``True``.
+        meta (bool, optional): a shape-only dry run on meta twins of the model and inputs (the
+            model is not moved; see :mod:`layerlab.probe.meta`): shapes, dtypes, parameter counts
+            and ``report.memory``, an estimate of activation and gradient bytes per call; no
+            statistics or gradient norms. Default: ``False``.
         **kwargs: keyword arguments for forward (``attn_mask=…``).
 
     Returns:
@@ -77,21 +82,26 @@ def inspect(
 
     from layerlab.probe.hooks import ProbeBug, Recorder
 
-    if not isinstance(module, torch.nn.Module):
-        raise UsageError(
-            "layerlab.inspect needs a torch.nn.Module", expected="nn.Module", got=type(module).__name__,
-            hint="wrap a function in a small nn.Module, or pass the model itself",
-        )
+    from layerlab.arguments import check_module, check_not_meta, check_seed
+
+    check_module(module, "layerlab.inspect")
+    check_seed(seed, optional=True)
     if mode not in (None, "train", "eval"):
         raise UsageError("mode must be 'train' or 'eval'", where="mode", expected="train | eval", got=mode)
     fwd_kwargs = {**(forward_kwargs or {}), **kwargs}
+    if meta:  # shapes only: meta twins of the model and inputs (see probe.meta)
+        from layerlab.probe.meta import meta_module, meta_value
+
+        module, inputs, fwd_kwargs, stats = meta_module(module), meta_value(inputs), meta_value(fwd_kwargs), False
+    else:
+        check_not_meta(module, [*inputs, *fwd_kwargs.values()])  # the report's statistics need values
     named_modules = list(module.named_modules())
     flags = [(m, m.training) for _, m in named_modules]
     # a train-mode forward updates BatchNorm's running statistics: put them back on the way out,
     # so that inspecting a model leaves it as it was (buffers are small next to the activations)
     # (a lazy module's buffers have no values before its first forward: nothing to put back)
     buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()
-               if not torch.nn.parameter.is_lazy(b) and not b.is_inference()]
+               if not torch.nn.parameter.is_lazy(b) and not b.is_inference() and not b.is_meta]
     recorder = Recorder(module, stats=stats, grads=backward)
     trace = None
     if ops:
@@ -112,13 +122,18 @@ def inspect(
         with _seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
             start = time.perf_counter()
             try:
-                with trace if trace is not None else contextlib.nullcontext():
+                # on meta, tensors the forward makes without device= are made on meta too, as they
+                # would be on the model's device in a real run
+                with trace if trace is not None else contextlib.nullcontext(), \
+                        torch.device("meta") if meta else contextlib.nullcontext():
                     output = module(*inputs, **fwd_kwargs)
             except ProbeBug as bug:
                 raise bug.original from None
             except Exception as exc:  # the model raised: that is a finding, not an error of ours
                 failure = _forward_failure(recorder, exc)
-                if failure.call is not None:  # its live arguments, kept before the hooks are removed
+                # its live arguments, kept before the hooks are removed (a message that cannot be
+                # printed leaves the diagnosis nothing to read: the failure is reported without one)
+                if failure.call is not None and _printable(exc):
                     raised = exc, failure.call, recorder.live.get(failure.call, ((), {}))
                 output = None
             timing["forward_s"] = time.perf_counter() - start
@@ -134,7 +149,9 @@ def inspect(
                 m.training = flag
         with torch.no_grad():
             for b, version, saved in buffers:
-                if b._version != version and b.shape == saved.shape:  # only what the run wrote to
+                # only what the run wrote to; batch_norm updates running statistics in place
+                # without bumping _version, so the values are compared too (buffers are small)
+                if b.shape == saved.shape and (b._version != version or not torch.equal(b, saved)):
                     b.copy_(saved)
     if raised is not None:
         start = time.perf_counter()
@@ -142,7 +159,12 @@ def inspect(
                  timing["forward_s"])
         timing["diagnosis_s"] = time.perf_counter() - start
     start = time.perf_counter()
-    report = _assemble(module, recorder, used_mode, failure, back, backward, vanish, explode)
+    report = _assemble(module, recorder, used_mode, failure, back, backward, vanish, explode, meta)
+    if meta:
+        from layerlab.probe.meta import estimate, explain_meta_failure
+
+        report.memory = estimate(recorder, module)
+        explain_meta_failure(failure)
     report.ops = trace.records if trace is not None else None
     timing["report_s"] = time.perf_counter() - start
     report.timing = timing
@@ -179,8 +201,19 @@ def _mode_name(training_flags) -> str:
     return "train" if flags == {True} else "eval" if flags == {False} else "mixed"
 
 
+def _printable(exc: BaseException) -> bool:
+    try:
+        str(exc)
+    except Exception:
+        return False
+    return True
+
+
 def _message(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    try:
+        text = str(exc).strip() or type(exc).__name__
+    except Exception:  # the model's own exception class may fail to print: its name still says something
+        text = f"{type(exc).__name__} (its message could not be shown: str() raised)"
     return text if len(text) <= 2000 else text[:2000] + " …"
 
 
@@ -284,7 +317,7 @@ def _backward_failure(recorder, exc: BaseException, loss):
     return failure
 
 
-def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
+def _assemble(module, recorder, mode, failure, back, backward, vanish, explode, meta=False):
     from layerlab.probe import assemble as A
     from layerlab.probe.report import BackwardInfo, InspectReport
 
@@ -299,14 +332,15 @@ def _assemble(module, recorder, mode, failure, back, backward, vanish, explode):
     info.output_grad_norm = scale
     scale = scale or 1.0
     named = back["named"] if back else list(module.named_parameters())
-    params = A.param_records(
-        module, back["grads"] if back else None, scale=scale, vanish=vanish, explode=explode, named=named
+    params = A.param_records(  # on meta, gradients have shapes but no norms to judge
+        module, back["grads"] if back and not meta else None, scale=scale, vanish=vanish, explode=explode,
+        named=named,
     )
     problems, notes = [], []
     first_nan = A.first_nonfinite_forward(recorder.calls)
     if first_nan is not None:
         problems.append(first_nan)
-    if info.ran:
+    if info.ran and not meta:
         bad_grad = A.first_nonfinite_backward(recorder.calls)
         if bad_grad is not None:
             problems.append(bad_grad)

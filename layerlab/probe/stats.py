@@ -152,7 +152,7 @@ def tensor_stats(x: torch.Tensor, may_read: Optional[bool] = None) -> Optional[t
     if x.is_nested:
         x = nested_elements(x)
     n = x.numel()
-    if n == 0 or x.is_meta:
+    if n == 0 or x.is_meta or x.layout != torch.strided:  # sparse layouts: no reductions to read them with
         return None
     x = _as_float(x.detach())
     acc = torch.float32 if x.dtype in _HALF else None

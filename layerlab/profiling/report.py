@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from layerlab.report_render import Displayable  # imports no Rich: it renders on demand
+
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
 
@@ -132,8 +134,8 @@ class Comparison:
         raise KeyError(name)
 
 
-@dataclass
-class ProfileReport:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class ProfileReport(Displayable):
     """Everything ``layerlab profile`` measured.
 
     Attributes:

@@ -63,8 +63,10 @@ def profile(module: Any, *inputs: Any, repeats: int = 10, warmup: int = 3, compi
         forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
         **kwargs: keyword forward arguments.
     """
+    from layerlab.arguments import check_module
     from layerlab.checks.case import Arg, positional_names
 
+    check_module(module, "layerlab.profile")
     names = positional_names(module, len(inputs))
     args = [Arg(n, v, False) for n, v in zip(names, inputs)]
     args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
@@ -80,15 +82,23 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
     from layerlab.checks.case import class_path
     from layerlab.checks.run import _describe
 
-    if not isinstance(module, torch.nn.Module):
-        raise UsageError("layerlab.profile needs a torch.nn.Module", expected="nn.Module", got=type(module).__name__)
+    from layerlab.arguments import check_module, check_not_meta, check_seed, check_threads
+
+    check_module(module, "layerlab.profile")
+    check_seed(seed)
+    check_threads(threads)
     if repeats < 1 or warmup < 0:
         raise UsageError("repeats must be ≥ 1 and warmup ≥ 0", where="--repeats/--warmup",
                          got={"repeats": repeats, "warmup": warmup})
+    check_not_meta(module, [a.value for a in args])  # meta kernels take no time and move no bytes
+    args, detached = _leaf_inputs(args)
     t_start = time.perf_counter()
     with _threads(threads):
         stepper = Stepper(module, args, seed=seed)
-        rows, step, backward, not_counted = _measure(stepper, repeats, warmup)
+        try:
+            rows, step, backward, not_counted = _measure(stepper, repeats, warmup)
+        except Exception as exc:
+            raise _model_raised(exc, module, "during the timed steps") or exc
         report = ProfileReport(
             target=target, model=class_path(module), device=str(stepper.device), timer=stepper.clock.name,
             threads=torch.get_num_threads(), mode=_mode(module), warmup=warmup, repeats=repeats,
@@ -99,6 +109,9 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
             ops = ", ".join(f"{op} ×{n}" for op, n in sorted(not_counted.items()))
             report.notes.append(f"FLOPs not counted: {ops} (compute ops without a FLOP formula in "
                                 "torch.utils.flop_counter; the FLOPs of rows marked + are lower bounds)")
+        if detached:
+            report.notes.append(f"input(s) {', '.join(detached)} came out of another computation (not leaves): "
+                                "profiled as leaves that require grad, so each step's backward stops at them")
         if not backward:
             report.notes.append("forward only: no output requires grad (no trainable parameter or input reaches it)")
         if compile:
@@ -111,6 +124,41 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
             report.reference = compare_reference(stepper, reference, repeats=repeats, warmup=warmup)
     report.seconds = time.perf_counter() - t_start
     return report
+
+
+def _leaf_inputs(args: Sequence[Any]):
+    """``(args, names)``: inputs that are the output of another computation (``x * 2`` of a leaf that
+    requires grad) replaced by detached leaves that require grad, and their names. Every step runs
+    backward, and the graph behind such an input is freed by the first one ("backward through the
+    graph a second time"); it is not part of the model's step anyway."""
+    from layerlab.checks.case import Arg, flatten, map_tensors
+
+    names = [a.name for a in args if any(t.requires_grad and not t.is_leaf for _, t in flatten(a.value))]
+    if not names:
+        return list(args), names
+
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().requires_grad_() if t.requires_grad and not t.is_leaf else t
+
+    memo: dict = {}
+    return [Arg(a.name, map_tensors(a.value, leaf, memo), a.keyword, a.no_grad) for a in args], names
+
+
+def _model_raised(exc: BaseException, module: torch.nn.Module, when: str) -> Optional[CheckFailed]:
+    """The error for an exception the model (or torch under it) raised while being profiled, the same
+    kind as a failing forward; ``None`` when layerlab's own code raised it (a bug: keep the traceback)."""
+    import traceback
+
+    from layerlab.checks.run import _frame_owner
+    from layerlab.deploy.messages import first_line
+
+    if isinstance(exc, CheckFailed) or not isinstance(exc, Exception):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and _frame_owner(frames[-1].filename) == "harness":
+        return None
+    return CheckFailed(f"the model raised {when}: {first_line(exc)}", where=type(module).__name__,
+                       hint="layerlab inspect shows where and why")
 
 
 @contextlib.contextmanager
@@ -165,6 +213,13 @@ class Stepper:
         gen = torch.Generator().manual_seed(seed)
         self.grads = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
         self.backward = bool(outs)
+        if self.backward:  # a backward that raises is the model's failure too, reported the same way
+            try:
+                torch.autograd.backward(outs, self.grads)
+            except Exception as exc:
+                raise _model_raised(exc, module, "in the backward") or exc from None
+            finally:
+                self.reset()
 
     def reset(self) -> None:
         for p in self.module.parameters():

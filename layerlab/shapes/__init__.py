@@ -14,6 +14,10 @@ exception class and message); ``explain`` never raises it and returns an
 :class:`~layerlab.shapes.result.Explanation` whose ``error`` holds it instead, next to the steps
 that ran. Both raise :class:`~layerlab.errors.UsageError` for unknown ops or parameters.
 
+An ``F.`` prefix (``"F.conv2d"``, ``"torch.nn.functional.interpolate"``) asks for the functional's
+semantics — no module constructor, the functional's own checks and messages; any other spelling
+(``"conv2d"``, ``"Conv2d"``, ``"nn.Conv2d"``) means the module.
+
 The input shape is the full tensor shape as torch sees it (batched ``(N, C, *S)`` or unbatched
 ``(C, *S)``); parameters use torch's argument names (``kernel_size``, ``stride``, …).
 
@@ -30,6 +34,7 @@ from typing import Any, Optional, Sequence, Tuple
 from layerlab.errors import TorchWouldRaise, UsageError
 from layerlab.shapes.ops import OPS, REQUIRED, OpSpec, resolve
 from layerlab.shapes.result import DimStep, Explanation, ShapeNote
+from layerlab.shapes import values
 from layerlab.shapes.torch_version import torch_rules
 
 __all__ = ["explain", "output_shape", "resolve", "Explanation", "DimStep", "ShapeNote", "OPS"]
@@ -74,7 +79,7 @@ def explain(op: str, input_shape: Sequence[int], *, torch_version: Optional[str]
     ``torch_version`` (e.g. ``"2.13.0"``): predict that torch's behaviour instead of the installed one's.
     """
     rules = torch_rules(torch_version)
-    shape: Tuple[int, ...] = tuple(int(x) for x in input_shape)
+    shape: Tuple[int, ...] = values.input_shape(input_shape)
     if any(x < 0 for x in shape):
         raise UsageError(
             f"an input shape cannot have negative sizes, got {shape}",
@@ -82,10 +87,10 @@ def explain(op: str, input_shape: Sequence[int], *, torch_version: Optional[str]
         )
     spec = resolve(op, n_spatial=max(len(shape) - 2, 1))
     filled = _fill_params(spec, params)
-    ex = Explanation(op=spec.name, call=format_call(spec, filled), params=filled, input_shape=shape,
+    ex = Explanation(op=spec.key, call=format_call(spec, filled), params=filled, input_shape=shape,
                      torch_rules=rules)
     try:
-        spec.explain_fn(ex, spec, shape, filled)
+        spec.explain_fn(ex, spec, shape, values.normalise(spec, filled))
     except TorchWouldRaise as err:
         ex.output_shape = None
         ex.error = err

@@ -96,7 +96,12 @@ class ConvAdvisor:
     def _padding_string(self, data):
         return dict(message=f"padding={data['padding']!r} is not a padding mode", where="padding",
                     expected="an int, a tuple, 'same' or 'valid'", got=data["padding"],
-                    suggestions=["padding='same'", "padding='valid'"])
+                    suggestions=(["padding='same'"] if self._stride_one() else []) + ["padding='valid'"])
+
+    def _stride_one(self) -> bool:
+        """torch forbids padding='same' with a stride > 1: only then is it a suggestion."""
+        s = self.params.get("stride", 1)
+        return all(v == 1 for v in (s if isinstance(s, (tuple, list)) else (s,)))
 
     def _same_strided(self, data):
         sugg = ["stride=1"]
@@ -243,6 +248,10 @@ def resolve_channels(shape: Tuple[int, ...], nd: int, params: dict) -> Tuple[int
 
 def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None:
     """``nn.Conv{nd}d(...)(x)``: construction checks, F.pad, then ATen's conv, with steps and notes."""
+    if spec.functional:
+        from layerlab.shapes.conv_functional import explain_conv
+
+        return explain_conv(ex, spec, shape, params)
     nd = spec.nd
     cls = f"Conv{nd}d"
     in_ch, out_ch = resolve_channels(shape, nd, params)

@@ -50,7 +50,16 @@ _DEFAULT_EXPLAIN = {
     "padding-mode": "padding_mode is not supported",
     "negative-dimension": "channels and kernel_size must not be negative",
     "narrow": "padding='same' with this kernel removes more pixels than the input has",
+    "huge-padding": "padding {padding} is more than torch's limit 2**62 − 1 (2·padding must fit in 64 bits)",
 }
+
+#: The largest padding ``_convolution`` accepts (2·padding must fit in int64).
+PADDING_MAX = (1 << 62) - 1
+
+
+def wrap_int64(v: int) -> int:
+    """``v`` as C++ int64 arithmetic leaves it (two's complement wrap-around)."""
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def fail(check: str, exc: str, torch_message: str, rule: str, advise: Advise = None, **data) -> TorchWouldRaise:
@@ -204,6 +213,9 @@ def conv_same(x: Tuple[int, ...], w: tuple, stride, dilation, groups: int, advis
         if len(vals) not in (dim, 1):
             raise fail("param-length", "RuntimeError", f"{name} cannot broadcast to {dim} dimensions", "§1.4",
                        advise, name=name, dim=dim, got=len(vals))
+    if any(v != 1 for v in stride):  # (the module refused this at construction, as a ValueError)
+        raise fail("same-strided", "RuntimeError", "padding='same' is not supported for strided convolutions",
+                   "§1.5", advise, stride=tuple(stride))
     x = list(x)
     pad_l = []
     for i in range(dim):
@@ -242,6 +254,11 @@ def convolution(x: Tuple[int, ...], w: tuple, stride, padding, dilation, transpo
     p = _expand(padding, "padding", dim, advise)
     d = _expand(dilation, "dilation", dim, advise)
     op = _expand(output_padding, "output_padding", dim, advise)
+    for i, v in enumerate(p):  # _convolution keeps 2·padding in int64
+        if v > PADDING_MAX:
+            raise fail("huge-padding", "RuntimeError",
+                       f"Given padding={v} at dimension {i} , expected padding to be at most {PADDING_MAX}", "§1.7",
+                       advise, padding=v)
     # check_shape_forward
     if any(v < 0 for v in p):
         raise fail("negative-padding", "RuntimeError", "negative padding is not supported", "§1.7", advise, padding=p)
@@ -272,7 +289,7 @@ def convolution(x: Tuple[int, ...], w: tuple, stride, padding, dilation, transpo
                        f"Given groups={groups}, weight of size {shape_str(w)}, expected input{shape_str(x)} to have "
                        f"{w[1] * groups} channels, but got {x[1]} channels instead", "§1.2", advise,
                        expected=w[1] * groups, got=x[1], input=x)
-        padded = [x[i + 2] + 2 * p[i] for i in range(dim)]
+        padded = [wrap_int64(x[i + 2] + 2 * p[i]) for i in range(dim)]  # C++ int64: may wrap (sic)
         eff = [d[i] * (w[i + 2] - 1) + 1 for i in range(dim)]
         if any(a < b for a, b in zip(padded, eff)):
             raise fail("kernel-too-big", "RuntimeError",

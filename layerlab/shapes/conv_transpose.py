@@ -186,6 +186,10 @@ def _range_notes(ex: Explanation, m: core.Module, shape: Tuple[int, ...]) -> Non
 
 def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None:
     """``nn.ConvTranspose{nd}d(...)(x, output_size=…)``: construction, output_size, then ATen's conv."""
+    if spec.functional:
+        from layerlab.shapes.conv_functional import explain_conv_transpose
+
+        return explain_conv_transpose(ex, spec, shape, params)
     nd = spec.nd
     cls = f"ConvTranspose{nd}d"
     in_ch, out_ch = resolve_channels(shape, nd, params)

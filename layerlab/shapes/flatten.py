@@ -51,6 +51,11 @@ def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None
     size = 1
     for v in merged:
         size *= v
+    if size > (1 << 63) - 1:  # only possible when another dim is 0 (else the input could not exist)
+        raise TorchWouldRaise(
+            f"the merged size {' · '.join(map(str, merged))} = {size} does not fit in a 64-bit integer",
+            torch_exception="RuntimeError", torch_message="Stride calculation overflowed", rule="§10",
+            where="start_dim", got=size, suggestions=["flatten fewer dims"])
     ex.steps.append(DimStep(
         f"{s}..{e}" if s != e else str(s), None, f"prod(shape[{s}:{e + 1}])",
         " · ".join(str(v) for v in merged), size, {"start_dim": s, "end_dim": e}))

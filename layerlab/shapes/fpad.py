@@ -59,15 +59,9 @@ def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
     rules = rules or torch_rules()
     shape = tuple(shape)
     D, P = len(shape), len(pads)
-    if P > 2 * D:
-        raise _fail(
-            "RuntimeError",
-            f"Padding length should be less than or equal to two times the input dimension but got "
-            f"padding length {P} and input of dimension {D}",
-            f"padding_mode={mode!r} pads the input with F.pad first, and a {D}-D input cannot take {P // 2} "
-            "padded dims",
-            where="input", got=list(shape),
-        )
+    _even(P)
+    _at_most_two_per_dim(D, P, f"padding_mode={mode!r} pads the input with F.pad first, and a {D}-D input cannot "
+                         f"take {P // 2} padded dims", where="input", got=list(shape))
     m = P // 2
     if m not in (1, 2, 3) or D not in (m + 1, m + 2):
         raise _fail(
@@ -164,6 +158,51 @@ def pad_nonconstant(shape: Sequence[int], pads: Sequence[int], mode: str,
             "negative padding makes a dim negative", where="input", got=list(new_shape),
         )
     return new_shape
+
+
+def _at_most_two_per_dim(D: int, P: int, because: str, **fields) -> None:
+    """torch's first check in F.pad: at most two padding values per input dim."""
+    if P > 2 * D:
+        raise _fail(
+            "RuntimeError",
+            f"Padding length should be less than or equal to two times the input dimension but got "
+            f"padding length {P} and input of dimension {D}",
+            because, **fields)
+
+
+def _even(P: int) -> None:
+    if P % 2:
+        raise _fail("RuntimeError", "Padding length must be divisible by 2",
+                    f"padding has {P} values: F.pad takes (left, right) pairs, last dim first",
+                    where="padding", got=P, suggestions=[f"padding with {P - 1} or {P + 1} values"])
+
+
+def pad_constant(shape: Sequence[int], pads: Sequence[int], names: Optional[Sequence[str]] = None) -> Tuple[int, ...]:
+    """The shape of ``F.pad(torch.empty(shape), pads, 'constant')`` (``nn.ConstantPad*``, ``nn.ZeroPad*``).
+
+    Any rank with ``len(pads) ≤ 2·rank``; the last ``len(pads)/2`` dims are padded. Negative
+    pads crop: torch first ``narrow`` s every negative side (left, then right, per dim), so it
+    fails when ``L + min(pl, 0) + min(pr, 0) < 0`` — even where positive padding on the other
+    side would give a size ≥ 0. A size of 0 is fine; empty inputs are fine.
+    """
+    shape = tuple(shape)
+    D, P = len(shape), len(pads)
+    _even(P)
+    _at_most_two_per_dim(D, P, f"{P} padding values pad {P // 2} dims, but the input has {D}", where="padding",
+                         got=list(pads), suggestions=[f"at most {2 * D} padding values"])
+    m = P // 2
+    lead = D - m
+    out = list(shape)
+    for i in range(m):
+        pl, pr = pads[2 * (m - 1 - i)], pads[2 * (m - 1 - i) + 1]
+        L = shape[lead + i]
+        if L + min(pl, 0) + min(pr, 0) < 0:
+            where = names[i] if names is not None and len(names) == m else f"dim {lead + i}"
+            raise _fail("RuntimeError", "narrow(): length must be non-negative.",
+                        f"negative padding ({pl}, {pr}) crops more than the {L} pixels there are",
+                        where=where, expected=f"−(negative padding) ≤ {L}", got=(pl, pr))
+        out[lead + i] = L + pl + pr
+    return tuple(out)
 
 
 def _every_dim_message(sizes: Sequence[int], outs: Sequence[int]) -> str:

@@ -78,6 +78,19 @@ def _per_dim(value: Any, nd: int, i: int) -> Any:
     return value
 
 
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else ()
+
+
+def _output(op: str, full_shape: Sequence[int], params: Dict[str, Any], nd: int, size: int) -> str:
+    """What ``op(**params)`` makes of ``size`` in every spatial dim: a size, or torch's error."""
+    shape = tuple(full_shape[: len(full_shape) - nd]) + (size,) * nd
+    ex = explain(op, shape, **params)
+    if ex.output_shape is None:
+        return f"torch raises {ex.error.torch_exception}" if ex.error is not None else "error"
+    return str(ex.output_shape[-1])
+
+
 def _check(op: str, full_shape: Sequence[int], params: Dict[str, Any], nd: int, size: int, target: int) -> bool:
     """Does ``op(**params)`` map a tensor whose spatial dims all equal ``size`` to ``target``?"""
     shape = tuple(full_shape[: len(full_shape) - nd]) + (size,) * nd
@@ -111,6 +124,11 @@ def solve_target(op: str, input_shape: Sequence[int], target: Sequence[int], **f
             where="--target", expected=f"{nd} sizes", got=len(target),
         )
     if spec.family == "conv_transpose":
+        if isinstance(fixed.get("padding"), str) or any(isinstance(v, str) for v in _as_tuple(fixed.get("padding"))):
+            raise UsageError(
+                f"{spec.name} has no padding={fixed['padding']!r}: torch splits the string into characters and "
+                "raises TypeError at forward (shape_rules.md §2.6)", where="--padding", got=fixed["padding"],
+                hint="give an int --padding, or leave --padding out to search paddings 0–2")
         return _solve_conv_transpose(spec.name, shape, tuple(target), nd, fixed)
     if spec.family not in ("conv", "pool"):
         raise UsageError(
@@ -126,6 +144,32 @@ def solve_target(op: str, input_shape: Sequence[int], target: Sequence[int], **f
     return InverseResult(question, spec.name, shape, dict(fixed), answers)
 
 
+def _ceil_padding_ranges(L: int, t: int, k: int, s: int, d: int) -> List[Tuple[int, int]]:
+    """Paddings p ≥ 0 with ceil-mode pool output ``t`` (§3.1), as at most two integer intervals.
+
+    With ``A = L − E`` the ceil formula gives ``naive = ⌈(A + 2p)/s⌉ + 1``, minus 1 when the last
+    window starts at or after ``L + p``. So the output is ``t`` when either ``naive = t`` and the
+    last window starts inside (``(t−1)·s < L + p``), or ``naive = t + 1`` and it is dropped
+    (``t·s ≥ L + p``). Each is a pair of linear bounds on p.
+    """
+    A = L - effective_kernel(k, d)
+    kept = (max(((t - 2) * s - A) // 2 + 1, (t - 1) * s - L + 1, 0), ((t - 1) * s - A) // 2)
+    dropped = (max(((t - 1) * s - A) // 2 + 1, 0), min((t * s - A) // 2, t * s - L))
+    return [r for r in (kept, dropped) if r[0] <= r[1]]
+
+
+#: At most this many paddings per (kernel, stride) are checked and listed; the rest are counted.
+CANDIDATE_LIMIT = 16
+
+
+def _fixed_padding(fixed: Dict[str, Any], nd: int, i: int, family: str) -> Any:
+    """The padding the user pinned for dim ``i`` (``'valid'`` is 0 for a conv), or None."""
+    if "padding" not in fixed:
+        return None
+    p = _per_dim(fixed["padding"], nd, i)
+    return 0 if p == "valid" and family == "conv" else p
+
+
 def _solve_dim(op, family, shape, nd, name, L, t, fixed, i) -> DimAnswer:
     answer = DimAnswer(name, L, t)
     d = _per_dim(fixed.get("dilation", 1), nd, i)
@@ -134,43 +178,84 @@ def _solve_dim(op, family, shape, nd, name, L, t, fixed, i) -> DimAnswer:
     base = {k: v for k, v in fixed.items() if k not in ("kernel_size", "stride", "padding", "dilation")}
     if "dilation" in fixed:
         base["dilation"] = d
+    has_padding = not op.startswith("lp_pool")  # LPPool has no padding argument
+    pinned = _fixed_padding(fixed, nd, i, family)
+    single = len(kernels) == 1 and len(strides) == 1
+    if pinned is not None:
+        answer.derivation.append(f"padding is fixed by --padding: p = {pinned!r}")
     for k in kernels:
-        for s in strides:
+        # A pool's stride defaults to its kernel: that stride is always tried too.
+        for s in strides + ([k] if family == "pool" and "stride" not in fixed and k not in strides else []):
+            if not all(isinstance(v, int) and v > 0 for v in (k, s, d)):
+                continue  # explain() of any setting reports the bad value itself
             E = effective_kernel(k, d)
-            p_min, p_max = _padding_range(L, t, k, s, d)
-            if family == "pool":
-                # ceil_mode and the last-window rule make the closed form inexact for pools, and
-                # their padding is capped at k // 2 anyway: try every legal padding.
-                p_min, p_max = 0, k // 2
-            # Padding ≥ E would add windows that read nothing but padding: never an answer.
-            p_max = min(p_max, E - 1)
-            if len(kernels) == 1 and len(strides) == 1:
-                answer.derivation.append(
-                    f"need s·(t−1) ≤ L + 2p − E ≤ s·(t−1) + s − 1 with L={L}, t={t}, k={k}, s={s}, d={d}, E={E}: "
-                    f"p from ⌈({s}·{t - 1} + {E} − {L})/2⌉ to ⌊({s}·{t} − 1 + {E} − {L})/2⌋, and p ≤ E − 1 = {E - 1}"
-                    + (f", p ≤ k//2 = {k // 2} for pools" if family == "pool" else "")
-                )
-            for p in range(p_min, p_max + 1):
-                params = dict(base, kernel_size=k, stride=s, padding=p)
+            if not has_padding:
+                ranges = [(0, 0)]
+            elif family == "pool" and fixed.get("ceil_mode"):
+                ranges = _ceil_padding_ranges(L, t, k, s, d)
+            else:
+                ranges = [_padding_range(L, t, k, s, d)]
+            # Padding ≥ E would add windows that read nothing but padding: never an answer; pools
+            # cap it at k // 2 anyway.
+            cap = min(E - 1, k // 2) if family == "pool" else E - 1
+            ranges = [(max(a, 0), min(b, cap)) for a, b in ranges if max(a, 0) <= min(b, cap)]
+            if single and pinned is None:
+                answer.derivation.append(_derivation(L, t, k, s, d, E, family, fixed.get("ceil_mode"), ranges))
+            if pinned is not None:
+                paddings = [pinned] if not isinstance(pinned, str) else []
+                if not isinstance(pinned, str):
+                    got = _output(op, shape, dict(base, kernel_size=k, stride=s, padding=pinned), nd, L)
+                    answer.derivation.append(f"k={k}, s={s}, p={pinned}: {L} → {got}")
+            else:
+                paddings = [p for a, b in ranges for p in range(a, min(b, a + CANDIDATE_LIMIT) + 1)]
+            listed = 0
+            for p in paddings[:CANDIDATE_LIMIT]:
+                params = dict(base, kernel_size=k, stride=s, **({"padding": p} if has_padding else {}))
                 if _check(op, shape, params, nd, L, t):
-                    answer.candidates.append(Candidate({"kernel_size": k, "stride": s, "padding": p}, _comment(L, k, s, p, d)))
-            if family == "conv" and s == 1 and t == L and d * (k - 1) % 2 == 1:
+                    listed += 1
+                    answer.candidates.append(Candidate({"kernel_size": k, "stride": s, "padding": p if has_padding else 0},
+                                                       _comment(L, k, s, p if has_padding else 0, d, t)))
+            total = sum(b - a + 1 for a, b in ranges)
+            if pinned is None and total > CANDIDATE_LIMIT:
+                answer.derivation.append(
+                    f"k={k}, s={s}: {total} paddings satisfy the formula ({_show_ranges(ranges)}); the first "
+                    f"{CANDIDATE_LIMIT} are checked and listed")
+            want_same = pinned == "same" or (pinned is None and d * (k - 1) % 2 == 1)
+            if family == "conv" and s == 1 and t == L and want_same:
                 params = dict(base, kernel_size=k, stride=1, padding="same")
                 if _check(op, shape, params, nd, L, t):
                     answer.candidates.append(
                         Candidate({"kernel_size": k, "stride": 1, "padding": "same"},
-                                  "no symmetric padding keeps the size (d·(k−1) is odd): 'same' pads the extra pixel at the end")
+                                  "no symmetric padding keeps the size (d·(k−1) is odd): 'same' pads the extra pixel at the end"
+                                  if d * (k - 1) % 2 else "'same' keeps the size at stride 1")
                     )
     # Settings that read every pixel first, then the smallest stride and kernel.
     answer.candidates.sort(
-        key=lambda c: (c.comment != "reads every pixel", c.params["stride"], c.params["kernel_size"], str(c.params["padding"]))
+        key=lambda c: (c.comment != "reads every pixel", c.params["stride"], c.params["kernel_size"],
+                       isinstance(c.params["padding"], str), str(c.params["padding"]).zfill(24))
     )
     return answer
 
 
-def _comment(L: int, k: int, s: int, p: int, d: int) -> str:
-    n = conv_out(L, k, s, p, d)
+def _show_ranges(ranges: List[Tuple[int, int]]) -> str:
+    return " and ".join(f"p = {a}…{b}" if a != b else f"p = {a}" for a, b in ranges)
+
+
+def _derivation(L, t, k, s, d, E, family, ceil, ranges) -> str:
+    if ceil and family == "pool":
+        head = (f"ceil mode, L={L}, t={t}, k={k}, s={s}, d={d}, E={E}: ⌈(L + 2p − E)/s⌉ + 1 = t with the last "
+                f"window starting before L + p, or t + 1 with it dropped")
+    else:
+        head = (f"need s·(t−1) ≤ L + 2p − E ≤ s·(t−1) + s − 1 with L={L}, t={t}, k={k}, s={s}, d={d}, E={E}: "
+                f"p from ⌈({s}·{t - 1} + {E} − {L})/2⌉ to ⌊({s}·{t} − 1 + {E} − {L})/2⌋")
+    limits = f", p ≤ E − 1 = {E - 1}" + (f", p ≤ k//2 = {k // 2} for pools" if family == "pool" else "")
+    return head + limits + (f" → {_show_ranges(ranges)}" if ranges else " → none")
+
+
+def _comment(L: int, k: int, s: int, p: int, d: int, n: int) -> str:
     lost = unread_count(L, k, s, p, d, n)
+    if lost is None:
+        return "too large to count the pixels it reads"
     return "reads every pixel" if not lost else f"loses {lost} pixel(s)"
 
 
@@ -225,16 +310,52 @@ def solve_undo(op: str, input_shape: Sequence[int], undo: Sequence[int], **fixed
         s = _per_dim(fixed.get("stride", 1) or 1, nd, i)
         p = _per_dim(fixed.get("padding", 0), nd, i)
         d = _per_dim(fixed.get("dilation", 1), nd, i)
-        E = effective_kernel(k, d)
-        answer = DimAnswer(name, M, L)
-        conv_gives = conv_out(L, k, s, p, d)
-        answer.derivation.append(f"the conv maps {L} → ({L} + 2·{p} − {E}) // {s} + 1 = {conv_gives}")
-        if conv_gives != M:
-            answer.derivation.append(f"but this input has {M}: that conv did not produce it")
-        else:
-            opad = (L + 2 * p - E) % s
-            answer.derivation.append(f"output_padding = ({L} + 2·{p} − {E}) mod {s} = {opad}")
-            answer.candidates.append(Candidate({"output_padding": opad}, f"or output_size={L} in forward()"))
-        answers.append(answer)
+        answers.append(_undo_dim(name, M, L, k, s, p, d))
     return InverseResult(f"which ConvTranspose undoes the conv {'x'.join(map(str, undo))} → {'x'.join(map(str, shape[-nd:]))}?",
                          spec.name, shape, dict(fixed), answers)
+
+
+def _undo_dim(name: str, M: int, L: int, k: int, s: int, p: Any, d: int) -> DimAnswer:
+    """One dim of :func:`solve_undo`: the conv ``L → M`` had padding ``p`` (an int, 'valid' or 'same')."""
+    E = effective_kernel(k, d)
+    answer = DimAnswer(name, M, L)
+    if p == "same":
+        return _undo_same(answer, M, L, k, s, d)
+    note = ""
+    if p == "valid":
+        p, note = 0, " (the conv's padding='valid' is 0; the ConvTranspose needs the int: a string is a TypeError there)"
+    conv_gives = conv_out(L, k, s, p, d)
+    answer.derivation.append(f"the conv maps {L} → ({L} + 2·{p} − {E}) // {s} + 1 = {conv_gives}{note}")
+    if conv_gives != M:
+        answer.derivation.append(f"but this input has {M}: that conv did not produce it")
+    else:
+        opad = (L + 2 * p - E) % s
+        answer.derivation.append(f"output_padding = ({L} + 2·{p} − {E}) mod {s} = {opad}")
+        params = {"output_padding": opad} if not note else {"padding": 0, "output_padding": opad}
+        answer.candidates.append(Candidate(params, f"or output_size={L} in forward()"))
+    return answer
+
+
+def _undo_same(answer: DimAnswer, M: int, L: int, k: int, s: int, d: int) -> DimAnswer:
+    """A conv with ``padding='same'`` (stride 1) keeps the size; the ConvTranspose needs an int padding
+    ``p`` and ``output_padding`` with ``M + d·(k−1) − 2p + op = L`` and ``op < max(s, d)``."""
+    if s != 1:
+        answer.derivation.append("a conv with padding='same' and stride > 1 does not exist: torch raises "
+                                 "'padding='same' is not supported for strided convolutions'")
+        return answer
+    total = d * (k - 1)
+    answer.derivation.append(f"padding='same' keeps the size: the conv maps {L} → {L}")
+    if M != L:
+        answer.derivation.append(f"but this input has {M}: that conv did not produce it")
+        return answer
+    opad = total % 2  # an odd total d·(k−1) needs one pixel of output_padding on top of p = ⌈total/2⌉
+    p = (total + opad) // 2
+    answer.derivation.append(f"ConvTranspose: {M} + d·(k−1) − 2p + output_padding = {M} + {total} − 2·{p} + {opad} "
+                             f"= {M + total - 2 * p + opad}; output_padding must be < max(stride, dilation) = {max(s, d)}")
+    if opad < max(s, d):
+        answer.candidates.append(Candidate({"padding": p, "output_padding": opad},
+                                           "ConvTranspose has no padding='same': use this int padding"))
+    else:
+        answer.derivation.append("no int padding works: d·(k−1) is odd and output_padding 1 needs stride or "
+                                 "dilation ≥ 2; crop the output by one pixel instead")
+    return answer

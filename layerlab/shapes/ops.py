@@ -28,13 +28,23 @@ REQUIRED: Any = _Required()
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One op: ``name`` (canonical, functional-style), its ``family`` and number of spatial dims."""
+    """One op: ``name`` (canonical, functional-style), its ``family`` and number of spatial dims.
+
+    ``functional``: the op as ``torch.nn.functional`` runs it (no module constructor and its
+    ValueErrors; the functional's own checks and messages). Asked for by an ``F.`` prefix.
+    """
 
     name: str
     family: str
     nd: Optional[int]
     torch_name: str
     defaults: Dict[str, Any] = field(default_factory=dict)
+    functional: bool = False
+
+    @property
+    def key(self) -> str:
+        """The name that resolves back to this very spec (``F.conv2d`` for a functional one)."""
+        return f"F.{self.name}" if self.functional else self.name
 
     @property
     def explain_fn(self) -> Callable:
@@ -54,6 +64,11 @@ def _conv_t_defaults() -> Dict[str, Any]:
         in_channels=None, out_channels=None, kernel_size=REQUIRED, stride=1, padding=0,
         output_padding=0, groups=1, dilation=1, padding_mode="zeros", output_size=None,
     )
+
+
+#: The padding modules (``nn.ReflectionPad2d`` …): op name prefix → class name prefix.
+_PAD_MODULES = {"reflection": "Reflection", "replication": "Replication", "zero": "Zero",
+                "circular": "Circular", "constant": "Constant"}
 
 
 def _build_table() -> Dict[str, OpSpec]:
@@ -81,6 +96,9 @@ def _build_table() -> Dict[str, OpSpec]:
                 dict(output_size=REQUIRED, return_indices=False),
             ),
         ]
+        for kind, cls in _PAD_MODULES.items():
+            defaults = dict(padding=REQUIRED, value=0.0) if kind == "constant" else dict(padding=REQUIRED)
+            ops.append(OpSpec(f"{kind}_pad{nd}d", "pad", nd, f"nn.{cls}Pad{nd}d", defaults))
     ops += [
         OpSpec("unfold", "fold", 2, "nn.Unfold", dict(kernel_size=REQUIRED, dilation=1, padding=0, stride=1)),
         OpSpec("fold", "fold", 2, "nn.Fold",
@@ -90,6 +108,10 @@ def _build_table() -> Dict[str, OpSpec]:
         OpSpec("pixel_shuffle", "pixel_shuffle", None, "nn.PixelShuffle", dict(upscale_factor=REQUIRED)),
         OpSpec("pixel_unshuffle", "pixel_shuffle", None, "nn.PixelUnshuffle", dict(downscale_factor=REQUIRED)),
         OpSpec("flatten", "flatten", None, "nn.Flatten", dict(start_dim=1, end_dim=-1)),
+        OpSpec("fractional_max_pool2d", "fractional", 2, "nn.FractionalMaxPool2d",
+               dict(kernel_size=REQUIRED, output_size=None, output_ratio=None, return_indices=False)),
+        OpSpec("fractional_max_pool3d", "fractional", 3, "nn.FractionalMaxPool3d",
+               dict(kernel_size=REQUIRED, output_size=None, output_ratio=None, return_indices=False)),
         OpSpec("patch_embed", "patch", 2, "PatchEmbed (Conv2d, kernel = stride = patch)",
                dict(patch_size=REQUIRED, in_channels=None, embed_dim=768, flatten=True)),
     ]
@@ -107,6 +129,8 @@ FAMILIES = {
     "lp_pool": "lp_pool{nd}d",
     "adaptive_avg_pool": "adaptive_avg_pool{nd}d",
     "adaptive_max_pool": "adaptive_max_pool{nd}d",
+    "fractional_max_pool": "fractional_max_pool{nd}d",
+    **{f"{kind}_pad": f"{kind}_pad{{nd}}d" for kind in _PAD_MODULES},
 }
 
 _EXTRA_ALIASES = {
@@ -115,12 +139,50 @@ _EXTRA_ALIASES = {
     "interpolate": "upsample", "resize": "upsample",
     "patch": "patch_embed", "patch_embedding": "patch_embed", "vit_patch": "patch_embed",
     "patchembed": "patch_embed", "im2col": "unfold", "col2im": "fold",
+    "reflect_pad": "reflection_pad", "replicate_pad": "replication_pad", "fractional_maxpool": "fractional_max_pool",
 }
+
+
+_FUNCTIONAL_PREFIXES = ("torch.nn.functional.", "nn.functional.", "functional.", "F.")
+
+
+def is_functional_name(name: str) -> bool:
+    """``F.conv2d``, ``torch.nn.functional.conv2d``: the caller asks for the functional's semantics."""
+    return name.strip().startswith(_FUNCTIONAL_PREFIXES)
+
+
+def _functional_spec(spec: OpSpec, asked: str) -> OpSpec:
+    """``spec`` as ``torch.nn.functional`` runs it; UsageError where torch.nn.functional has no such op.
+
+    The functional has no module arguments: no ``padding_mode`` (conv), no ``output_size``
+    (conv_transpose: that is the module's forward argument). ``F.interpolate`` adds ``antialias``.
+    For conv and conv_transpose, ``in_channels``/``out_channels``/``kernel_size``/``groups``
+    describe the weight the caller passes: ``(out, in/groups, *k)`` resp. ``(in, out/groups, *k)``.
+    """
+    if spec.family in ("pad", "patch", "flatten"):
+        fix = {"pad": "F.pad(x, pad, mode)", "patch": "F.conv2d with kernel = stride = patch",
+               "flatten": "torch.flatten (start_dim=0) or nn.Flatten (start_dim=1)"}[spec.family]
+        raise UsageError(f"torch.nn.functional has no {spec.name}", where="--op", got=asked,
+                         hint=f"use {spec.torch_name.split(' ')[0]} (module semantics, --op {spec.name}) or {fix}")
+    defaults = dict(spec.defaults)
+    name = f"F.{spec.name}"
+    if spec.family == "conv":
+        defaults.pop("padding_mode")
+    elif spec.family == "conv_transpose":
+        defaults.pop("padding_mode")
+        defaults.pop("output_size")
+    elif spec.family == "upsample":
+        defaults["antialias"] = False
+        name = "F.interpolate"
+    if spec.family in ("conv", "conv_transpose"):
+        w = "out_channels × in_channels/groups" if spec.family == "conv" else "in_channels × out_channels/groups"
+        name += f" (weight: {w} × kernel_size)"
+    return OpSpec(spec.name, spec.family, spec.nd, name, defaults, functional=True)
 
 
 def _key(name: str) -> str:
     n = name.strip()
-    for prefix in ("torch.nn.functional.", "torch.nn.", "nn.functional.", "nn.", "F."):
+    for prefix in ("torch.nn.functional.", "torch.nn.", "nn.functional.", "functional.", "nn.", "F."):
         if n.startswith(prefix):
             n = n[len(prefix):]
             break
@@ -134,7 +196,7 @@ for _alias, _target in _EXTRA_ALIASES.items():
     _LOOKUP[_key(_alias)] = _target
 for _nd in (1, 2, 3):
     for _alias, _target in list(_EXTRA_ALIASES.items()):
-        if _target in FAMILIES:
+        if _target in FAMILIES and FAMILIES[_target].format(nd=_nd) in OPS:
             _LOOKUP[_key(f"{_alias}{_nd}d")] = FAMILIES[_target].format(nd=_nd)
 
 
@@ -146,6 +208,7 @@ def resolve(name: str, n_spatial: Optional[int] = None) -> OpSpec:
     """Find the op for ``name`` (any spelling: ``Conv2d``, ``nn.MaxPool2d``, ``max_pool``).
 
     A family name without ``1d/2d/3d`` takes ``n_spatial`` (the input's spatial dims).
+    A ``F.`` / ``torch.nn.functional.`` prefix gives the functional's semantics (``OpSpec.functional``).
     Raises :class:`UsageError` with a did-you-mean for unknown names.
     """
     target = _LOOKUP.get(_key(name))
@@ -161,5 +224,9 @@ def resolve(name: str, n_spatial: Optional[int] = None) -> OpSpec:
         )
     if target in FAMILIES:
         nd = n_spatial if n_spatial in (1, 2, 3) else 2
+        if FAMILIES[target].format(nd=nd) not in OPS:  # fractional_max_pool: 2d and 3d only
+            nd = 2
         target = FAMILIES[target].format(nd=nd)
+    if is_functional_name(name):
+        return _functional_spec(OPS[target], name)
     return OPS[target]

@@ -24,6 +24,27 @@ from layerlab.shapes.conv import ConvAdvisor, input_channels, per_dim
 from layerlab.shapes.result import DimStep, Explanation, ShapeNote
 
 
+class PatchAdvisor(ConvAdvisor):
+    """The conv's advice in PatchEmbed's own terms: ``patch_size`` (kernel = stride), ``embed_dim``;
+    PatchEmbed has no padding, stride or groups to change."""
+
+    _RENAME = (("kernel_size", "patch_size"), ("out_channels", "embed_dim"), ("nn.Conv2d", "PatchEmbed"))
+
+    def __call__(self, check: str, data: dict) -> dict:
+        info = super().__call__(check, data)
+        keep = [s for s in info.get("suggestions", []) if not s.startswith(("padding", "stride", "groups"))]
+        for old, new in self._RENAME:
+            keep = [s.replace(old, new) for s in keep]
+            for key in ("message", "where"):
+                if isinstance(info.get(key), str):
+                    info[key] = info[key].replace(old, new)
+        if check == "kernel-too-big" and self.spatial:
+            keep.append(f"an input of at least {max(data['effective'])} pixels per side")
+        if "suggestions" in info:
+            info["suggestions"] = keep
+        return info
+
+
 def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None:
     """Conv2d(C, embed_dim, P, stride=P), then ``flatten(2).transpose(1, 2)`` if ``flatten``."""
     P = params["patch_size"]
@@ -33,7 +54,7 @@ def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None
         if not isinstance(v, int) or isinstance(v, bool):
             raise UsageError(f"{name} must be an int", where=name, got=v)
     conv_params = dict(kernel_size=P, stride=P, padding=0, dilation=1, groups=1, padding_mode="zeros")
-    advise = ConvAdvisor(2, shape, in_ch, dim, conv_params)
+    advise = PatchAdvisor(2, shape, in_ch, dim, conv_params)
     m = core.construct(2, False, "Conv2d", in_ch, dim, P, P, 0, 1, 1, "zeros", advise=advise)
     p = per_dim(m.kernel_size, 2)
     if p is not None and len(shape) in (3, 4):

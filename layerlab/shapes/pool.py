@@ -39,6 +39,7 @@ from layerlab.shapes.fpad import shape_str
 from layerlab.shapes.pool_steps import DIM_NAMES, dim_notes, dim_step, too_small_fixes
 from layerlab.shapes.result import Explanation, ShapeNote
 from layerlab.shapes.torch_version import torch_rules
+from layerlab.shapes.values import int32_args as _int32
 
 _WORDS = {1: "one int", 2: "two ints", 3: "three ints"}
 
@@ -249,6 +250,7 @@ def _max_pool(ex, nd, shape, k, s, p, d, ceil) -> Tuple[int, ...]:
         _rank_2_3(shape, "max_pool1d")
         for name, v in (("kernel_size", k), ("stride", s), ("padding", p), ("dilation", d)):
             _one_int(name, v, "max_pool1d", allow_empty=name == "stride")
+        _int32(k, s, p, d)
         ex.notes.append(ShapeNote("info", "MaxPool1d with return_indices=True runs as MaxPool2d on (N, C, 1, L); "
                                   "its errors speak of H and W.", severity="info"))
         a = _Aten("max", 2, (1,) + _expand(k, 1), (1,) + _expand(_stride(s, k), 1), (0,) + _expand(p, 1),
@@ -263,6 +265,7 @@ def _max_pool(ex, nd, shape, k, s, p, d, ceil) -> Tuple[int, ...]:
         ("dilation", d, f"{fn}: dilation must be either a single int, or a tuple of {w}"),
     ):
         _check_len(name, v, nd, msg, allow_empty=name == "stride")
+    _int32(k, s, p, d)
     if len(shape) not in (nd + 1, nd + 2):
         _raise(f"{fn} needs a {nd + 1}-D (C, *S) or {nd + 2}-D (N, C, *S) input, got {len(shape)}-D",
                f"non-empty {nd + 1}D or {nd + 2}D (batch mode) tensor expected for input", "§3.3",
@@ -278,6 +281,7 @@ def _avg_pool(ex, nd, shape, k, s, p, ceil, divisor) -> Tuple[int, ...]:
         _rank_2_3(shape, "avg_pool1d")
         for name, v in (("kernel_size", k), ("stride", s), ("padding", p)):
             _one_int(name, v, "avg_pool1d", allow_empty=name == "stride")
+        _int32(k, s, p)
         ex.notes.append(ShapeNote("info", "AvgPool1d runs as AvgPool2d on (N, C, 1, L); its errors speak of H and W.",
                                   severity="info"))
         a = _Aten("avg", 2, (1,) + _expand(k, 1), (1,) + _expand(_stride(s, k), 1), (0,) + _expand(p, 1), (1, 1),
@@ -292,6 +296,7 @@ def _avg_pool(ex, nd, shape, k, s, p, ceil, divisor) -> Tuple[int, ...]:
         ("padding", p, f"{fn}: padding must {either}be a single int, or a tuple of {w}"),
     ):
         _check_len(name, v, nd, msg, allow_empty=name == "stride")
+    _int32(k, s, p)
     if nd == 3 and len(shape) not in (4, 5):
         _raise(f"{fn} needs a 4-D (C, D, H, W) or 5-D (N, C, D, H, W) input, got {len(shape)}-D",
                "non-empty 4D or 5D (batch mode) tensor expected for input", "§4", where="input",
@@ -423,3 +428,4 @@ def _check_len(name: str, v: Any, nd: int, msg: str, allow_empty: bool) -> None:
     if isinstance(v, tuple) and len(v) not in (1, nd) and not (allow_empty and len(v) == 0):
         _raise(f"{name} must be an int or a tuple of {nd} (got {len(v)} values)", msg, "§3.3", where=name,
                expected=f"an int or {nd} values", got=v, suggestions=[f"{name} as an int or a {nd}-tuple"])
+

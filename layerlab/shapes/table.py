@@ -87,7 +87,7 @@ def size_table(op: str, nd: int, sizes: Sequence[int] = COMMON_SIZES, channels: 
     nd = spec.nd or nd
     table: Optional[SizeTable] = None
     for L in sizes:
-        ex = explain(spec.name, (1, channels) + (L,) * nd, torch_version=torch_version, **params)
+        ex = explain(spec.key, (1, channels) + (L,) * nd, torch_version=torch_version, **params)
         if table is None:
             formula = ex.steps[0].formula if ex.steps else ""
             table = SizeTable(spec.name, ex.call, formula, _keep_size(spec.family, ex.params))

@@ -2,6 +2,8 @@
 
 Module semantics: ``nn.Upsample(size=…, scale_factor=…, mode=…, align_corners=…,
 recompute_scale_factor=…)(x)``; the input is ``(N, C, *S)`` with 1–3 spatial dims.
+``F.interpolate`` (an ``F.`` op name) differs in two places: the scale is used as given (the
+module turns a falsy ``scale_factor=0`` into "no scale"), and ``antialias=`` exists.
 
 Shape, per spatial dim::
 
@@ -59,10 +61,21 @@ def _module_scale(scale: Any) -> Any:
                          got=scale) from None
 
 
+def _functional_scale(scale: Any) -> Any:
+    """What ``F.interpolate`` uses: the scale as given (0 stays 0: an empty output, not "no scale")."""
+    if scale is None:
+        return None
+    if isinstance(scale, (tuple, list)):
+        return tuple(_functional_scale(f) for f in scale)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise UsageError("scale_factor must be a number or a tuple of numbers", where="scale_factor", got=scale)
+    return float(scale)
+
+
 def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None:
     """Upsample / interpolate: steps (with the float trap), output shape; raise where torch raises."""
     size = params.get("size")
-    scale = _module_scale(params.get("scale_factor"))
+    scale = (_functional_scale if spec.functional else _module_scale)(params.get("scale_factor"))
     mode = params.get("mode", "nearest")
     align = params.get("align_corners")
     recompute = params.get("recompute_scale_factor")
@@ -126,6 +139,11 @@ def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None
     else:
         for n, L, o in zip(names, spatial, out):
             ex.steps.append(DimStep(n, L, "size", f"{o}", o, {"size": o}))
+    if params.get("antialias") and not (mode in ("bilinear", "bicubic", "lanczos") and rank == 4):
+        _raise("antialias=True works with mode='bilinear', 'bicubic' or 'lanczos' on a 4-D input only",
+               "Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D tensor as "
+               "input", exc="ValueError", where="antialias", got=f"mode={mode!r}, {rank}-D input",
+               suggestions=["antialias=False", "mode='bilinear' on an (N, C, H, W) input"])
     _mode_vs_rank(mode, rank, align)
 
     if mode == "area":
@@ -150,7 +168,19 @@ def explain(ex: Explanation, spec, shape: Tuple[int, ...], params: dict) -> None
     if shape[1] == 0:  # torch: numel() != 0 or prod(sizes[1:]) != 0 — with sizes > 0 that is C ≠ 0
         _raise("the channel dim is empty", f"Non-empty {rank}D data tensor expected but got a tensor with sizes "
                f"[{', '.join(str(x) for x in shape)}]", where="C", got=list(shape), suggestions=["C ≥ 1"])
-    ex.output_shape = tuple(shape[:2]) + tuple(out)
+    result = tuple(shape[:2]) + tuple(out)
+    if _numel(result) * 4 > (1 << 63) - 1:  # float32: the byte count of the new tensor must fit in int64
+        _raise(f"the output {result} would hold more than 2**63 bytes: torch cannot even size it",
+               f"Storage size calculation overflowed with sizes=[{', '.join(map(str, result))}]", where="size",
+               got=list(result), suggestions=["a smaller size or scale_factor"])
+    ex.output_shape = result
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for v in shape:
+        n *= v
+    return n
 
 
 def _is_int(x: Any) -> bool:
@@ -162,6 +192,10 @@ def _scaled(ex: Explanation, name: str, L: int, f: float) -> int:
     product = float(L) * f
     if not math.isfinite(product):
         raise UsageError("scale_factor must be a finite number", where="scale_factor", got=f)
+    if product >= 2.0 ** 63:
+        _raise(f"{name}: {L} × {f!r} = {product!r} does not fit in a 64-bit integer",
+               "value cannot be converted to type int64_t without overflow", where=name, got=product,
+               suggestions=["a smaller scale_factor"])
     o = interpolate_out(L, f)
     ex.steps.append(DimStep(name, L, "int(float(L) · scale_factor)", f"int({float(L)!r} · {f!r}) = int({product!r})",
                             o, {"scale_factor": f, "product": product}))

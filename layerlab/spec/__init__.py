@@ -6,8 +6,10 @@
     >>> report = layerlab.inspect(built.module, *built.args, mode=built.mode, **built.kwargs)
 
 Everything is checked before anything is built: YAML syntax (line and column), key names, layer
-names and constructor arguments (did-you-mean), value types, inputs against ``forward``. Errors
-are :class:`~layerlab.errors.SpecError` (exit 2) naming ``file:line:col``. Reading a spec never
+names and constructor arguments (did-you-mean), value types, inputs against ``forward``, and the
+limits of :mod:`layerlab.spec.limits` (file size, aliases, nesting, ``repeat:``, sizes, memory).
+Errors are :class:`~layerlab.errors.SpecError` (exit 2) naming ``file:line:col``; whatever they
+echo from the spec is made terminal-safe. Reading a spec never
 runs code: layers given as import paths need ``allow_import=True`` (``--allow-import``).
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from layerlab.spec.build import Built, build
+from layerlab.spec.limits import clean_errors
 from layerlab.spec.load import Marks, parse_yaml, read_spec_file
 from layerlab.spec.schema import Spec
 from layerlab.spec.validate import Overrides, validate
@@ -26,16 +29,18 @@ __all__ = ["Built", "Overrides", "Spec", "build", "load_spec", "spec_from_regist
 
 def load_spec(path: str, *, allow_import: bool = False, overrides: Optional[Overrides] = None) -> Spec:
     """Read, parse and check the spec file at ``path``."""
-    data, marks = read_spec_file(str(path))
-    return validate(data, marks, allow_import=allow_import, base_dir=str(Path(path).resolve().parent),
-                    overrides=overrides)
+    with clean_errors():
+        data, marks = read_spec_file(str(path))
+        return validate(data, marks, allow_import=allow_import, base_dir=str(Path(path).resolve().parent),
+                        overrides=overrides)
 
 
 def parse_spec_text(text: str, *, filename: str = "<spec>", allow_import: bool = False,
                     overrides: Optional[Overrides] = None) -> Spec:
     """Like :func:`load_spec` for YAML text."""
-    data, marks = parse_yaml(text, filename)
-    return validate(data, marks, allow_import=allow_import, overrides=overrides)
+    with clean_errors():
+        data, marks = parse_yaml(text, filename)
+        return validate(data, marks, allow_import=allow_import, overrides=overrides)
 
 
 def spec_from_registry(name: str, *, overrides: Optional[Overrides] = None) -> Spec:
@@ -44,4 +49,5 @@ def spec_from_registry(name: str, *, overrides: Optional[Overrides] = None) -> S
 
     entry = registry.get(name)
     data = {"layer": entry.name, "args": dict(entry.args), "inputs": dict(entry.inputs)}
-    return validate(data, Marks.none(f"registry:{entry.name}"), overrides=overrides)
+    with clean_errors():
+        return validate(data, Marks.none(f"registry:{entry.name}"), overrides=overrides)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Union
 
 from layerlab.errors import SpecError
+from layerlab.spec import limits
 from layerlab.spec.inputs import bind, make_inputs
 from layerlab.spec.schema import BlockNode, LayerNode, Spec
 
@@ -38,19 +39,21 @@ def build(spec: Spec) -> Built:
     """Instantiate the spec's model and generate its inputs."""
     import torch
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed)
-        module = _build(spec.root)
-    try:
-        module = module.to(device=spec.device, dtype=getattr(torch, spec.dtype))
-    except (RuntimeError, AssertionError, ValueError) as exc:
-        raise SpecError(f"cannot move the model to device {spec.device!r}: {exc}", where=spec.source,
-                        hint="use --device cpu, or a device this machine has") from None
-    try:
-        values = make_inputs(spec.inputs, seed=spec.seed, dtype=spec.dtype, device=spec.device)
-    except (RuntimeError, AssertionError) as exc:
-        raise SpecError(f"cannot create the inputs: {exc}", where=spec.source,
-                        hint="use --device cpu, or a device this machine has") from None
+    from layerlab.spec.memory import check_fits
+
+    with limits.clean_errors():
+        check_fits(spec, lambda: _build(spec.root))  # refuses, with numbers, what cannot fit
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            module = _build(spec.root)
+        try:
+            module = module.to(device=spec.device, dtype=getattr(torch, spec.dtype))
+        except (RuntimeError, AssertionError, ValueError) as exc:
+            raise SpecError(f"cannot move the model to device {spec.device!r}: {limits.first_line(exc)}",
+                            where=spec.device_where or spec.source,
+                            hint="use --device cpu, or a device this machine has") from None
+        values = make_inputs(spec.inputs, seed=spec.seed, dtype=spec.dtype, device=spec.device,
+                             device_where=spec.device_where)
     from layerlab.spec.validate import root_class
 
     cls = root_class(spec)
@@ -96,7 +99,7 @@ def _instantiate(node: LayerNode):
     try:
         return cls(*node.args, **node.kwargs)
     except Exception as exc:  # the constructor judged the arguments: the spec's problem
-        message = str(exc).strip() or type(exc).__name__
+        message = limits.first_line(exc)
         raise SpecError(
             f"{display}(…) rejected its arguments: {message}", where=node.where,
             expected=None, got={**{str(i): a for i, a in enumerate(node.args)}, **node.kwargs},

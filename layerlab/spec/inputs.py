@@ -19,12 +19,14 @@ the order written, fill the parameters no input named, in ``forward``'s order.
 from __future__ import annotations
 
 import inspect as pyinspect
-from typing import Any, Dict, List, Tuple
+import difflib
+from typing import Any, Dict, List, Optional, Tuple
 
 from layerlab.errors import SpecError
+from layerlab.spec.limits import MAX_INT, first_line, has_control
 from layerlab.spec.load import Marks
 from layerlab.spec.schema import (
-    INITS, INPUT_KEYS, InputSpec, check_keys, did_you_mean, type_error, want_bool, want_dtype,
+    INITS, INPUT_KEYS, InputSpec, check_keys, did_you_mean, type_error, want_bool, want_device, want_dtype,
     want_int, want_shape, want_str,
 )
 
@@ -34,6 +36,10 @@ def parse_inputs(data: Any, marks: Marks, path: tuple) -> List[InputSpec]:
     if not isinstance(data, dict) or not data:
         raise type_error("inputs", data, "a mapping of input name → {shape: […], …}", marks(*path),
                          hint="inputs: {x: {shape: [2, 3, 32, 32]}}")
+    for name in data:
+        if not isinstance(name, str) or not name.strip() or has_control(name):
+            raise SpecError(f"input names are plain names like x or attn_mask, got {name!r}",
+                            where=marks(*path, name), hint="name the input after forward's parameter")
     specs = [parse_input(str(name), value, marks, path + (name,)) for name, value in data.items()]
     names = [s.name for s in specs]
     for spec in specs:
@@ -81,7 +87,8 @@ def parse_input(name: str, value: Any, marks: Marks, path: tuple) -> InputSpec:
     if "dtype" in value:
         spec.dtype = want_dtype(value["dtype"], f"input {name!r} dtype", at("dtype"))
     if "device" in value:
-        spec.device = want_str(value["device"], f"input {name!r} device", at("device"))
+        spec.device = want_device(value["device"], f"input {name!r} device", at("device"))
+        spec.device_where = at("device")
     if "requires_grad" in value:
         spec.requires_grad = want_bool(value["requires_grad"], f"input {name!r} requires_grad", at("requires_grad"))
     if "causal" in value or "key_padding" in value:
@@ -104,8 +111,8 @@ def parse_input(name: str, value: Any, marks: Marks, path: tuple) -> InputSpec:
         if "high" not in value:
             raise SpecError(f"input {name!r}: integer ids need high (exclusive)", where=at("low"),
                             hint="e.g. low: 0, high: 1000 for a vocabulary of 1000")
-        spec.high = want_int(value["high"], f"input {name!r} high", at("high"))
-        spec.low = want_int(value.get("low", 0), f"input {name!r} low", at("low"))
+        spec.high = want_int(value["high"], f"input {name!r} high", at("high"), minimum=-MAX_INT, maximum=MAX_INT)
+        spec.low = want_int(value.get("low", 0), f"input {name!r} low", at("low"), minimum=-MAX_INT, maximum=MAX_INT)
         if spec.low >= spec.high:
             raise SpecError(f"input {name!r}: low must be < high", where=at("high"), got=[spec.low, spec.high])
         spec.dtype = spec.dtype or "int64"
@@ -136,7 +143,8 @@ def _parse_mask(spec: InputSpec, value: Dict, at) -> None:
             raise type_error(f"input {name!r} key_padding", kp, "a list of lengths or {lengths: […], size: S}",
                              at("key_padding"))
         lengths = want_shape(kp["lengths"], f"input {name!r} key_padding lengths", at("key_padding"))
-        size = want_int(kp.get("size", max(lengths or [0])), f"input {name!r} key_padding size", at("key_padding"), 1)
+        size = want_int(kp.get("size", max(lengths or [0])), f"input {name!r} key_padding size", at("key_padding"), 1,
+                        maximum=MAX_INT)
         if max(lengths or [0]) > size:
             raise SpecError(f"input {name!r}: a length exceeds size {size}", where=at("key_padding"), got=lengths)
         spec.key_padding = {"lengths": lengths, "size": size}
@@ -149,8 +157,13 @@ def _parse_mask(spec: InputSpec, value: Dict, at) -> None:
     spec.requires_grad = False
 
 
-def make_inputs(specs: List[InputSpec], *, seed: int, dtype: str, device: str) -> Dict[str, Any]:
-    """Generate every input (in order, from one seeded generator) → ``{name: value}``."""
+def make_inputs(specs: List[InputSpec], *, seed: int, dtype: str, device: str,
+                device_where: Optional[str] = None) -> Dict[str, Any]:
+    """Generate every input (in order, from one seeded generator) → ``{name: value}``.
+
+    An input torch cannot make (a device this machine lacks) is a :class:`SpecError` at the
+    ``device:`` that chose it (the input's own, else ``device_where``), else at the input.
+    """
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -159,7 +172,14 @@ def make_inputs(specs: List[InputSpec], *, seed: int, dtype: str, device: str) -
         if spec.literal:
             values[spec.name] = spec.value
         elif spec.same_as is None:
-            values[spec.name] = _make_tensor(spec, gen, dtype, device)
+            try:
+                values[spec.name] = _make_tensor(spec, gen, dtype, device)
+            except (RuntimeError, AssertionError, ValueError) as exc:
+                at = spec.device_where if spec.device is not None else device_where
+                raise SpecError(
+                    f"cannot create input {spec.name!r} on device {spec.device or device!r}: {first_line(exc)}",
+                    where=at or spec.where, hint="use --device cpu, or a device this machine has",
+                ) from None
     by_name = {s.name: s for s in specs}
     for spec in specs:
         target = spec
@@ -220,13 +240,17 @@ def forward_params(cls: type) -> Tuple[List[pyinspect.Parameter], bool]:
     return params, any(p.kind is pyinspect.Parameter.VAR_POSITIONAL for p in params)
 
 
-def bind(cls: type, names: List[str], where: str, display: str) -> Tuple[List[str], Dict[str, str]]:
+def bind(cls: type, names: List[str], where: str, display: str,
+         where_of: Optional[Dict[str, str]] = None) -> Tuple[List[str], Dict[str, str]]:
     """Match input names to ``cls.forward``'s parameters.
 
     A name that is a parameter is passed by that name; the other inputs, in the order written,
     take the parameters no input named, in ``forward``'s order (then ``*args``). Returns the
     positional input names and ``{parameter: input name}`` for the keyword ones. Raises
-    :class:`SpecError` for an input ``forward`` cannot take and a required parameter left empty.
+    :class:`SpecError` for an input ``forward`` cannot take, a required parameter left empty, and
+    an input whose name is a near-miss of another parameter than the one its position gives it
+    (``atn_mask`` would silently become ``key_padding_mask``). ``where_of`` places that error at
+    the input's own line.
     """
     params, var_pos = forward_params(cls)
     P = pyinspect.Parameter
@@ -240,6 +264,7 @@ def bind(cls: type, names: List[str], where: str, display: str) -> Tuple[List[st
     # differently takes them too); after such a gap, by the parameter's name.
     gap = False
     by_position = set()
+    bound_to: Dict[str, str] = {}
     for param in (p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)):
         if param.name in keyword:
             gap = True
@@ -247,6 +272,7 @@ def bind(cls: type, names: List[str], where: str, display: str) -> Tuple[List[st
         if not unnamed:
             break
         name = unnamed.pop(0)
+        bound_to[name] = param.name
         if gap and param.kind is not P.POSITIONAL_ONLY:
             keyword[param.name] = name
         else:
@@ -255,12 +281,16 @@ def bind(cls: type, names: List[str], where: str, display: str) -> Tuple[List[st
     for name in unnamed:
         if var_pos and not gap:
             positional.append(name)
+            bound_to[name] = "*" + next(p.name for p in params if p.kind is P.VAR_POSITIONAL)
         else:
             raise SpecError(
                 f"{display}.forward{signature} takes no input named {name!r}", where=where,
                 expected=[p.name for p in params], got=names,
                 hint=did_you_mean(name, [p.name for p in params]) or "name inputs after forward's parameters",
             )
+    for name, param_name in bound_to.items():
+        _check_near_miss(name, param_name, [p.name for p in params], (where_of or {}).get(name, where),
+                         display, signature)
     filled = set(keyword) | by_position
     missing = [p.name for p in params if p.default is P.empty and p.name not in filled
                and p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD)]
@@ -271,6 +301,23 @@ def bind(cls: type, names: List[str], where: str, display: str) -> Tuple[List[st
             hint=f"add it under inputs:, e.g. {missing[0]}: {{shape: […]}} (or same_as: another input)",
         )
     return positional, keyword
+
+
+def _check_near_miss(name: str, bound: str, params: List[str], where: str, display: str, signature: str) -> None:
+    """An input bound by position whose name looks like a typo of *another* parameter is refused."""
+    if difflib.SequenceMatcher(None, name, bound.lstrip("*")).ratio() >= _NEAR:
+        return
+    close = difflib.get_close_matches(name, [p for p in params if p != bound], n=1, cutoff=_NEAR)
+    if close:
+        raise SpecError(
+            f"input {name!r} is not a parameter of {display}.forward{signature}; by position it would be "
+            f"passed as {bound!r}", where=where, expected=params, got=name,
+            hint=f"did you mean {close[0]!r}? (name the input after the parameter it is for)",
+        )
+
+
+#: how alike an input name and a parameter name must be to count as a typo (atn_mask ~ attn_mask: 0.94)
+_NEAR = 0.75
 
 
 def _signature_text(params: List[pyinspect.Parameter]) -> str:

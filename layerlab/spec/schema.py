@@ -1,4 +1,4 @@
-"""The spec's data model (plain dataclasses) and the checks on YAML values that need no torch.
+"""The spec's data model (plain dataclasses) and the checks on YAML values (only device names need torch).
 
 See :mod:`layerlab.spec` for the format. Every check raises :class:`SpecError` with the
 ``file:line:col`` of the offending value, what was expected and, for names, a did-you-mean.
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from layerlab.errors import SpecError
+from layerlab.spec.limits import MAX_INT
 from layerlab.spec.load import Marks
 
 TOP_KEYS = ("layer", "args", "block", "input", "inputs", "seed", "dtype", "device", "mode", "backward",
@@ -70,6 +71,7 @@ class InputSpec:
     key_padding: Optional[Dict[str, Any]] = None
     value: Any = None
     literal: bool = False
+    device_where: Optional[str] = None
 
 
 @dataclass
@@ -87,6 +89,8 @@ class Spec:
     title: Optional[str] = None
     description: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: where the device was chosen (``file:line:col`` of ``device:``, or ``--device``)
+    device_where: Optional[str] = None
 
 
 def did_you_mean(name: Any, options: Sequence[str]) -> Optional[str]:
@@ -111,12 +115,22 @@ def type_error(what: str, value: Any, expected: str, where: str, hint: Optional[
     )
 
 
-def want_int(value: Any, what: str, where: str, minimum: Optional[int] = None) -> int:
+def want_int(value: Any, what: str, where: str, minimum: Optional[int] = None, maximum: Optional[int] = None,
+             hint: Optional[str] = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise type_error(what, value, "an integer", where)
     if minimum is not None and value < minimum:
         raise SpecError(f"{what} must be ≥ {minimum}, got {value}", where=where, expected=f"≥ {minimum}", got=value)
+    if maximum is not None and value > maximum:
+        raise SpecError(f"{what} must be ≤ {maximum:,}, got {value:,}", where=where, expected=f"≤ {maximum:,}",
+                        got=value, hint=hint)
     return value
+
+
+def want_seed(value: Any, what: str, where: str) -> int:
+    """A seed torch takes everywhere: 0 ≤ seed ≤ 2**63 − 1 (int64)."""
+    return want_int(value, what, where, minimum=0, maximum=MAX_INT,
+                    hint="seeds are int64: pick a smaller number (any one is as good)")
 
 
 def want_bool(value: Any, what: str, where: str) -> bool:
@@ -129,6 +143,20 @@ def want_str(value: Any, what: str, where: str) -> str:
     if not isinstance(value, str):
         raise type_error(what, value, "a string", where)
     return value
+
+
+def want_device(value: Any, what: str, where: str) -> str:
+    """A device name torch parses (``cpu``, ``cuda:1``, ``mps``); whether this machine has it is
+    judged when the model is moved there (the error then points back to ``where``)."""
+    text = want_str(value, what, where).strip()
+    import torch  # the one check here that needs torch: its own parser of device names
+
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError, TypeError):
+        raise SpecError(f"unknown device {text!r} in {what}", where=where, expected="cpu, cuda, cuda:1, mps",
+                        got=text, hint=did_you_mean(text, ("cpu", "cuda", "mps"))) from None
+    return text
 
 
 def want_dtype(value: Any, what: str, where: str) -> str:
@@ -151,6 +179,15 @@ def want_shape(value: Any, what: str, where: str) -> List[int]:
         raise type_error(what, value, "a list of integers like [2, 3, 32, 32]", where)
     if any(v < 0 for v in value):
         raise SpecError(f"{what} has a negative size: {value}", where=where, got=value)
+    numel = 1
+    for v in value:
+        numel *= v
+    if numel > MAX_INT:
+        raise SpecError(
+            f"{what} {value} has {numel:.3g} elements; torch counts elements in int64 (at most {MAX_INT:.3g})",
+            where=where, expected=f"a product of sizes ≤ {MAX_INT:,}", got=value,
+            hint="use the smallest shape that shows what you want to see (e.g. batch 2)",
+        )
     return list(value)
 
 

@@ -16,9 +16,10 @@ from layerlab.spec.args import check_args
 from layerlab.spec.inputs import bind, parse_input, parse_inputs
 from layerlab.spec.load import Marks
 from layerlab.spec.resolve import resolve_layer
+from layerlab.spec.limits import ECHO_CHARS, MAX_INT, MAX_LAYERS, MAX_REPEAT, MESSAGE_CHARS, clean_text, has_control
 from layerlab.spec.schema import (
     ITEM_KEYS, TOP_KEYS, BlockNode, LayerNode, Spec, check_keys, did_you_mean, type_error,
-    want_bool, want_dtype, want_int, want_mode, want_str, FLOAT_DTYPES,
+    want_bool, want_device, want_dtype, want_int, want_mode, want_seed, want_shape, want_str, FLOAT_DTYPES,
 )
 
 
@@ -68,22 +69,24 @@ def validate(
     elif "inputs" in data:
         spec.inputs = parse_inputs(data["inputs"], marks, ("inputs",))
     if "seed" in data:
-        spec.seed = want_int(data["seed"], "seed", marks("seed"))
+        spec.seed = want_seed(data["seed"], "seed", marks("seed"))
     if "dtype" in data:
         spec.dtype = want_dtype(data["dtype"], "dtype", marks("dtype"))
         if spec.dtype not in FLOAT_DTYPES:
             raise SpecError("the spec's dtype is the floating dtype of the model", where=marks("dtype"),
                             expected=FLOAT_DTYPES, got=spec.dtype, hint="give integer inputs their own dtype")
     if "device" in data:
-        spec.device = want_str(data["device"], "device", marks("device"))
+        spec.device = want_device(data["device"], "the spec's device", marks("device"))
+        spec.device_where = marks("device")
     if "mode" in data:
         spec.mode = want_mode(data["mode"], marks("mode"))
     if "backward" in data:
         spec.backward = want_bool(data["backward"], "backward", marks("backward"))
-    if "name" in data:
-        spec.title = str(data["name"])
+    if "name" in data:  # echoed as the report's title: no terminal control sequences, no megabytes
+        spec.title = clean_text(data["name"], limit=ECHO_CHARS)
     if "description" in data:
-        spec.description = str(data["description"])
+        spec.description = clean_text(data["description"], limit=MESSAGE_CHARS)
+    _check_layer_count(root, marks)
     resolve_all(spec.root, marks, allow_import=allow_import, base_dir=base_dir)
     _default_inputs(spec)
     if overrides is not None:
@@ -138,13 +141,30 @@ def _item(item: Any, marks: Marks, path: tuple) -> Union[LayerNode, BlockNode]:
         node = _layer(item["layer"], item.get("args"), marks, path + ("layer",), path + ("args",))
     if "name" in item:
         name = want_str(item["name"], "name", marks(*path, "name"))
-        if not name or "." in name:
-            raise SpecError(f"a layer name may not be empty or contain '.', got {name!r}",
+        if not name or "." in name or has_control(name):
+            raise SpecError(f"a layer name may not be empty or contain '.' or control characters, got {name!r}",
                             where=marks(*path, "name"))
         node.child_name = name
     if "repeat" in item:
-        node.repeat = want_int(item["repeat"], "repeat", marks(*path, "repeat"), minimum=1)
+        node.repeat = want_int(item["repeat"], "repeat", marks(*path, "repeat"), minimum=1, maximum=MAX_REPEAT,
+                               hint="repeat builds that many copies of the layer; a few show what one does")
     return node
+
+
+def _layers(node: Union[LayerNode, BlockNode]) -> int:
+    """How many layers ``node`` builds, ``repeat:`` multiplied through the nesting."""
+    inner = 1 if isinstance(node, LayerNode) else sum(_layers(item) for item in node.items)
+    return node.repeat * inner
+
+
+def _check_layer_count(root: Union[LayerNode, BlockNode], marks: Marks) -> None:
+    count = _layers(root)
+    if count > MAX_LAYERS:
+        raise SpecError(
+            f"the spec builds {count:,} layers (repeat: multiplies through nested blocks); at most "
+            f"{MAX_LAYERS:,} are allowed", where=root.where, expected=f"≤ {MAX_LAYERS:,} layers", got=count,
+            hint="lower the repeat: counts — a few copies show what a stack of them does",
+        )
 
 
 def resolve_all(node: Union[LayerNode, BlockNode], marks: Marks, *, allow_import: bool, base_dir: Optional[str]) -> None:
@@ -167,6 +187,16 @@ def resolve_all(node: Union[LayerNode, BlockNode], marks: Marks, *, allow_import
 
 
 def apply_overrides(spec: Spec, ov: Overrides) -> None:
+    if ov.seed is not None and not (0 <= ov.seed <= MAX_INT):
+        raise UsageError(f"--seed must be between 0 and {MAX_INT:,} (int64), got {ov.seed}", where="--seed",
+                         expected=f"0 … {MAX_INT:,}", got=ov.seed, hint="any smaller seed is as good")
+    if ov.device is not None:
+        try:
+            want_device(ov.device, "--device", "--device")
+        except SpecError as exc:
+            raise UsageError(exc.message, where="--device", expected=exc.expected, got=exc.got,
+                             hint=exc.hint) from None
+        spec.device_where = "--device"
     for attr in ("device", "seed", "mode", "backward"):
         value = getattr(ov, attr)
         if value is not None:
@@ -175,6 +205,11 @@ def apply_overrides(spec: Spec, ov: Overrides) -> None:
         spec.dtype = ov.dtype
     shaped = [s for s in spec.inputs if s.shape is not None]
     for name, shape in ov.input_shapes:
+        try:
+            shape = want_shape(list(shape), "--input-shape", "--input-shape")
+        except SpecError as exc:
+            raise UsageError(exc.message, where="--input-shape", expected=exc.expected, got=exc.got,
+                             hint=exc.hint) from None
         if name is None:
             if not shaped:
                 raise UsageError("--input-shape: the spec has no input with a shape", where="--input-shape")
@@ -220,4 +255,4 @@ def check_inputs(spec: Spec, marks: Marks) -> None:
             hint="add input: {shape: [N, …]} (one input) or inputs: {name: {shape: […]}, …}",
         )
     where = spec.inputs[0].where if len(spec.inputs) == 1 else marks("inputs")
-    bind(cls, [s.name for s in spec.inputs], where, cls.__name__)
+    bind(cls, [s.name for s in spec.inputs], where, cls.__name__, where_of={s.name: s.where for s in spec.inputs})

@@ -6,7 +6,7 @@ Runs each measurement in a fresh process (start-up, imports included; peak RSS i
 prints the median wall time, the slowest layers and the slowest checks from its JSON.
 
     python tests/benchmarks/bench_gradcheck.py [--rounds 3] [--deep] [--json]
-    python tests/benchmarks/bench_gradcheck.py --model gpt2 [--json]
+    python tests/benchmarks/bench_gradcheck.py --model gpt2|vit [--json]
 """
 
 from __future__ import annotations
@@ -61,11 +61,19 @@ import json, resource, sys, time, warnings
 warnings.filterwarnings("ignore")
 import torch
 what = sys.argv[1]
+which = sys.argv[2] if len(sys.argv) > 2 else "gpt2"
 torch.manual_seed(0)
 try:
+    if which == "vit":
+        from transformers import ViTConfig, ViTModel
+        model, name = ViTModel(ViTConfig()).eval(), "ViTModel(ViTConfig()) ViT-B/16 86M"
+        x = torch.randn(1, 3, 224, 224)
+        raise StopIteration
     from transformers import GPT2Config, GPT2Model
     model, name = GPT2Model(GPT2Config()).eval(), "GPT2Model(GPT2Config()) 124M"
     x = torch.randint(0, 50257, (2, 8))
+except StopIteration:
+    pass
 except ImportError:
     layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True)
     model, name = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval(), "TransformerEncoder 85M"
@@ -89,11 +97,11 @@ print(json.dumps(result))
 """
 
 
-def measure_model() -> dict:
+def measure_model(which: str = "gpt2") -> dict:
     """gradcheck alone, the whole default verify, and one plain forward+backward, each in its own process."""
     runs = {}
     for what in ("plain", "gradcheck", "verify"):
-        done = subprocess.run([sys.executable, "-c", _CHILD, what], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", _CHILD, what, which], capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{what} exited {done.returncode}:\n{done.stderr[-2000:]}")
         runs[what] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -108,13 +116,14 @@ def measure_model() -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["gpt2"], help="a 124M-parameter model instead of --all")
+    parser.add_argument("--model", choices=["gpt2", "vit"],
+                        help="a big model instead of --all: GPT-2 124M, or ViT-B/16 86M at 224×224")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deep", action="store_true", help="also the deep checks (compile with aot_eager)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.model:
-        result = measure_model()
+        result = measure_model(args.model)
         if args.json:
             print(json.dumps(result, indent=2))
             return 0 if result["ok"] else 1

@@ -11,7 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 BROKEN = {"broken_block.yaml", "broken_text_conv.yaml"}
-NEEDS_IMPORT = {"attention_ops.yaml"}  # a layer of the user's own code (configs/user_layers.py)
+NEEDS_IMPORT = {"attention_ops.yaml", "user_layernorm.yaml"}  # layers of the user's own code (configs/user_layers.py)
 
 
 def test_help(run):
@@ -166,7 +166,7 @@ def test_bad_options_exit_2(run):
 def test_unavailable_device_is_exit_2(run):
     code, out, err = run("inspect", str(ROOT / "configs" / "conv2d.yaml"), "--device", "cuda")
     assert code == 2, out + err
-    assert "cannot move the model to device 'cuda'" in err
+    assert "--device cuda, but CUDA is not available here (--device)" in err  # blames the option, not the spec
 
 
 def test_missing_file_exit_2(run):

@@ -1,0 +1,121 @@
+"""The CLI's one error boundary: what reaches the user when a command ends other than normally.
+
+Every command is registered through :func:`guarded`, and :func:`layerlab.cli.app.main` runs the
+parsing around it through :func:`report`, so the same rules hold for every command, under
+``main`` and under typer's ``CliRunner`` alike:
+
+* a :class:`~layerlab.errors.LayerlabError` → one message on stderr (one JSON object under
+  ``--json``) and its exit code: 2 bad usage or input, 1 a check failed; ``LAYERLAB_DEBUG=1``
+  prints its traceback first;
+* Ctrl-C → :class:`~layerlab.errors.Interrupted`, exit 130;
+* stdout closed by its reader (``layerlab … | head``) → no message, exit 141 (128 + SIGPIPE, what
+  a shell reports for a Unix tool that SIGPIPE ended); stdout is pointed at ``/dev/null`` so the
+  interpreter's last flush cannot fail again;
+* Python warnings (torch's ``UserWarning``\\ s) under ``--json`` → one JSON object per distinct
+  warning on stderr, so every stderr line of a ``--json`` run parses;
+* anything else is a bug in layerlab and keeps its traceback.
+
+A command's ``int`` return value is its exit code here too (typer's standalone mode would
+otherwise turn ``return 1`` into exit 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import warnings
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from layerlab.errors import EXIT_BROKEN_PIPE, Interrupted, LayerlabError
+
+#: At most this many distinct warnings are passed on under --json; the rest are counted.
+MAX_WARNINGS = 20
+
+
+def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a typer command in the boundary (the signature stays the command's: typer reads it)."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        code = call(lambda: command(*args, **kwargs), json_mode=bool(kwargs.get("json")))
+        if code:
+            raise typer.Exit(code)
+        return 0
+
+    return run
+
+
+def call(fn: Callable[[], Any], *, json_mode: bool) -> int:
+    """Run ``fn`` inside the boundary; return its exit code (an ``int`` result, else 0)."""
+    error: Optional[LayerlabError] = None
+    try:
+        with json_warnings(json_mode):
+            try:
+                rv = fn()
+                return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+            except LayerlabError as exc:
+                error = exc
+            except KeyboardInterrupt:
+                error = Interrupted("interrupted (Ctrl-C)")
+    except BrokenPipeError:
+        return broken_pipe()
+    return report(error, json_mode)
+
+
+def report(error: LayerlabError, json_mode: bool) -> int:
+    """Print a known error (after its warnings) and return its exit code."""
+    from layerlab.cli.output import print_known_error
+
+    try:
+        print_known_error(error, json_mode)
+    except BrokenPipeError:  # stderr gone too: nothing left to tell
+        return broken_pipe()
+    return error.exit_code
+
+
+def broken_pipe() -> int:
+    """The reader of stdout went away: stop quietly (see the module docstring)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (a test's capture)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+@contextlib.contextmanager
+def json_warnings(json_mode: bool):
+    """Under ``--json``, turn Python warnings into JSON lines on stderr (each distinct one once)."""
+    if not json_mode:
+        yield
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per place, as Python shows them by default
+        try:
+            yield
+        finally:
+            _emit(caught)
+
+
+def _emit(caught: List[warnings.WarningMessage]) -> None:
+    from layerlab.cli.output import json_line
+
+    seen = set()
+    lines = []
+    for w in caught:
+        key = (w.category.__name__, str(w.message))
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append({"warning": str(w.message), "category": w.category.__name__,
+                      "where": f"{w.filename}:{w.lineno}", "hint": None})
+    for line in lines[:MAX_WARNINGS]:
+        sys.stderr.write(json_line(line) + "\n")
+    if len(lines) > MAX_WARNINGS:
+        sys.stderr.write(json_line({"warning": f"{len(lines) - MAX_WARNINGS} more distinct warning(s) not shown",
+                                "category": None, "where": None, "hint": None}) + "\n")
