@@ -4,6 +4,10 @@ A :class:`Case` is a module, its inputs (each named, passed by position or by ke
 it makes (``causal``, ``recurrent``, ``mixes_batch``, ``stochastic``), and the reference it should
 equal, already carrying the module's weights (see :mod:`layerlab.checks.reference`).
 
+A Case is the checks' view of a :class:`~layerlab.target.Target`, with the reference aligned
+(:func:`layerlab.checks.run.verify_args` makes one from a Target's fields): the arguments
+(:class:`~layerlab.target.bind.Arg`) and the tensor walk are the Target's, from :mod:`layerlab.target.bind`.
+
 Checks never touch ``case.module`` itself: they work on copies (:func:`module_copy`), so running
 ``layerlab gradcheck`` leaves the user's module, its mode and its buffers as they were.
 
@@ -13,7 +17,6 @@ Legend: B batch · T time (sequence position) · E features.
 from __future__ import annotations
 
 import copy
-import inspect as pyinspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -23,22 +26,12 @@ from torch import Tensor, nn
 from layerlab.checks import layout
 # re-exported: deploy and profiling import them from here
 from layerlab.checks.layout import STATE_NAMES, has_batch_first, is_mask_name, seq_first  # noqa: F401
+# the thing under test is the Target's; the checks' names for it are kept so checks read as before
+from layerlab.target.bind import (Arg, accepts, call, class_path, flatten, forward_params,  # noqa: F401
+                                  input_tensors, map_args, map_tensors, positional_names)
 
 #: argument names a loss module's target goes by: data to compare with, never differentiated
 TARGET_NAMES = ("target", "targets", "label", "labels", "y")
-
-
-@dataclass
-class Arg:
-    """One forward argument: its name, its value, and whether it is passed by keyword.
-
-    ``no_grad`` holds the paths (``target``, ``hx[1]``) of floating tensors gradients must not flow
-    to; ``None`` until :class:`Case` decides (see :func:`grad_selection`)."""
-
-    name: str
-    value: Any
-    keyword: bool = False
-    no_grad: Optional[FrozenSet[str]] = None
 
 
 @dataclass
@@ -100,58 +93,7 @@ def grad_selection(module: nn.Module, args: Sequence[Arg]) -> List[Arg]:
     return [Arg(a.name, a.value, a.keyword, frozen(a)) for a in args]
 
 
-# -- calling ---------------------------------------------------------------------------------------
-
-def call(fn: Callable, args: Sequence[Arg]) -> Any:
-    """``fn(*positional, **keyword)`` with ``args`` split by how each is passed."""
-    pos = [a.value for a in args if not a.keyword]
-    kw = {a.name: a.value for a in args if a.keyword}
-    return fn(*pos, **kw)
-
-
-def forward_params(module: nn.Module) -> Dict[str, pyinspect.Parameter]:
-    """The parameters of ``module.forward`` by name (empty if the signature is unreadable)."""
-    try:
-        return dict(pyinspect.signature(module.forward).parameters)
-    except (TypeError, ValueError):
-        return {}
-
-
-def accepts(module: nn.Module, name: str) -> bool:
-    params = forward_params(module)
-    return name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
-
-
-def positional_names(module: nn.Module, n: int) -> List[str]:
-    """Names for ``n`` positional inputs: ``forward``'s parameter names, then ``input{i}``."""
-    params = [p.name for p in forward_params(module).values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return [params[i] if i < len(params) else f"input{i}" for i in range(n)]
-
-
 # -- tensors ---------------------------------------------------------------------------------------
-
-def map_tensors(value: Any, fn: Callable[[Tensor], Any], memo: Optional[dict] = None) -> Any:
-    """Apply ``fn`` to every tensor in a nested tuple/list/dict; one tensor passed twice (``key is
-    query``) maps to one result, so shared inputs stay shared."""
-    memo = {} if memo is None else memo
-    if isinstance(value, Tensor):
-        if id(value) not in memo:
-            memo[id(value)] = fn(value)
-        return memo[id(value)]
-    if isinstance(value, tuple):
-        return tuple(map_tensors(v, fn, memo) for v in value)
-    if isinstance(value, list):
-        return [map_tensors(v, fn, memo) for v in value]
-    if isinstance(value, dict):
-        return {k: map_tensors(v, fn, memo) for k, v in value.items()}
-    return value
-
-
-def map_args(args: Sequence[Arg], fn: Callable[[Tensor], Any]) -> List[Arg]:
-    memo: dict = {}
-    return [Arg(a.name, map_tensors(a.value, fn, memo), a.keyword, a.no_grad) for a in args]
-
 
 def cast_args(args: Sequence[Arg], dtype: Optional[torch.dtype], requires_grad: bool = False) -> List[Arg]:
     """Detached copies; floating tensors cast to ``dtype`` (``None`` keeps it). Differentiable
@@ -182,20 +124,6 @@ def grad_inputs(args: Sequence[Arg]) -> List[Tuple[str, Tensor]]:
             if t.is_floating_point() and id(t) not in seen and path not in frozen:
                 seen.add(id(t))
                 out.append((path, t))
-    return out
-
-
-def flatten(value: Any, prefix: str = "output") -> List[Tuple[str, Tensor]]:
-    """``[(path, tensor)]`` of every tensor in a nested output: ``output``, ``output[1][0]``, ``output['h']``."""
-    if isinstance(value, Tensor):
-        return [(prefix, value)]
-    out: List[Tuple[str, Tensor]] = []
-    if isinstance(value, (tuple, list)):
-        for i, v in enumerate(value):
-            out.extend(flatten(v, f"{prefix}[{i}]"))
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            out.extend(flatten(v, f"{prefix}[{k!r}]"))
     return out
 
 
@@ -288,11 +216,6 @@ def input_batch_dim(case: Case, arg_name: str, t: Tensor) -> Optional[int]:
     return layout.contract_dim(case.module, arg_name, t)
 
 
-def input_tensors(args: Sequence[Arg]) -> List[Tuple[str, Tensor]]:
-    """``[(path, tensor)]`` of every input tensor, in argument order."""
-    return [pt for a in args for pt in flatten(a.value, a.name)]
-
-
 def batch_layout(case: Case, args: Sequence[Arg]) -> Tuple[int, Dict[int, Optional[int]]]:
     """``(B, {id(tensor): batch dim or None})`` for every input tensor; ``B = 0`` if none is batched
     (an unbatched call included). Decided from the module's contract and the shapes, ``batch_dims``
@@ -319,12 +242,3 @@ def time_dim(module: nn.Module, t: Tensor) -> Optional[int]:
 
 def short_dtype(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def class_path(obj: Any) -> str:
-    cls = obj if isinstance(obj, type) else type(obj)
-    if cls.__module__.startswith("torch.nn.modules"):
-        return f"torch.nn.{cls.__qualname__}"
-    if not isinstance(obj, (type, nn.Module)) and callable(obj):
-        return getattr(obj, "__qualname__", None) or repr(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"

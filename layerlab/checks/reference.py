@@ -169,34 +169,8 @@ def _match_names(ours: nn.Module, ref: nn.Module) -> Dict[str, str]:
     return out
 
 
-#: tensor methods a reference output transform may use (``flatten(2).transpose(1, 2)``)
-_OUTPUT_METHODS = ("flatten", "unflatten", "transpose", "permute", "reshape", "squeeze", "unsqueeze", "movedim",
-                   "contiguous")
-
-
-def parse_output_transform(text: str) -> Callable[[Any], Any]:
-    """A chain of tensor methods with integer arguments, e.g. ``flatten(2).transpose(1, 2)``,
-    as a function; applied to the output (the first output when it is a tuple). Never evaluates code."""
-    steps = []
-    rest = text.strip()
-    pattern = re.compile(r"\.?\s*([A-Za-z_]+)\s*\(([-\d,\s()]*)\)\s*")
-    while rest:
-        m = pattern.match(rest)
-        if not m or m.group(1) not in _OUTPUT_METHODS:
-            raise ValueError(f"cannot read the output transform {text!r}: expected a chain of "
-                             f"{', '.join(_OUTPUT_METHODS)} with integer arguments, e.g. 'flatten(2).transpose(1, 2)'")
-        nums = re.findall(r"-?\d+", m.group(2))
-        steps.append((m.group(1), [int(n) for n in nums]))
-        rest = rest[m.end():]
-
-    def apply(y: Any) -> Any:
-        if isinstance(y, tuple) and y:
-            return (apply(y[0]),) + tuple(y[1:])
-        for method, nums in steps:
-            y = getattr(y, method)(*nums) if method != "permute" else y.permute(*nums)
-        return y
-
-    return apply
+# the output transform is part of a Target's reference (spec: reference: {output: …})
+from layerlab.target.references import parse_output_transform  # noqa: E402,F401
 
 
 class OutputAdapter(nn.Module):

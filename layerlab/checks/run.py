@@ -26,6 +26,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
+from layerlab.target.bind import describe as _describe  # what an input is, shown in reports
 from layerlab.checks.report import CheckResult, Status, VerifyReport
 from layerlab.errors import UsageError, debug_enabled
 
@@ -80,7 +82,7 @@ class VerifyOptions:
     seed: int = 0
     only: Optional[Sequence[str]] = None
     slow_cap: int = 1_000_000
-    compile_backend: str = "inductor"
+    compile_backend: str = DEFAULT_COMPILE_BACKEND
     threads: Optional[int] = 1
     auto_reference: bool = True
     progress: Optional[Callable[[str, int, int], None]] = None
@@ -118,7 +120,7 @@ def verify(
     slow_cap: int = 1_000_000,
     batch_dims: Optional[Dict[str, Optional[int]]] = None,
     reference_output: Optional[str] = None,
-    compile_backend: str = "inductor",
+    compile_backend: str = DEFAULT_COMPILE_BACKEND,
     target: Optional[str] = None,
     forward_kwargs: Optional[Dict[str, Any]] = None,
     auto_reference: bool = True,
@@ -145,7 +147,7 @@ def verify(
         reference_output (str, optional): a chain of tensor methods that brings the reference's
             output to the layer's layout, e.g. ``"flatten(2).transpose(1, 2)"``. Default: ``None``.
         compile_backend (str, optional): ``torch.compile`` backend of the deep compile check.
-            Default: ``"inductor"``.
+            Default: ``"aot_eager"`` (:mod:`layerlab.backends` says why).
         target (str, optional): the name shown in the report. Default: the class name.
         forward_kwargs (dict, optional): keyword forward arguments whose names clash with the above.
         auto_reference (bool, optional): without ``reference``, compare a layer that plainly mirrors a
@@ -211,16 +213,6 @@ def materialized(module: Any, args) -> Any:
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         call(copy_, args)
     return copy_
-
-
-def _describe(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).replace('torch.', '')}{list(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return [_describe(v) for v in value]
-    return repr(value) if not isinstance(value, (bool, int, float, str, type(None))) else value
 
 
 def run_checks(case, opts: VerifyOptions) -> List[CheckResult]:

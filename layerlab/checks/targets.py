@@ -1,45 +1,53 @@
-"""What ``layerlab gradcheck`` verifies: a registry layer, a YAML spec, or every registry layer.
+"""What ``layerlab gradcheck`` verifies: a :class:`~layerlab.target.Target` (registry layer, YAML spec),
+or every registry layer.
 
-:mod:`layerlab.checks.resolve` builds the module, its inputs and its reference (the same way for
-export-check and profile); :func:`verify_resolved` runs :func:`layerlab.checks.run.verify`'s
-machinery on them. A registry layer is compared with the entry's torch.nn reference; a spec is the
-inspect spec plus the keys in :data:`SPEC_KEYS`.
+:mod:`layerlab.target` builds the module, its inputs and its reference (the same way for every
+command); :func:`verify_target` runs :func:`layerlab.checks.run.verify`'s machinery on them. A
+registry layer is compared with the entry's torch.nn reference; a spec may add the keys in
+:data:`~layerlab.target.build.SPEC_KEYS` (every command reads the same spec).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.checks.report import CheckResult, MatrixReport, Status, VerifyReport
-from layerlab.checks.resolve import REFERENCE_OUTPUT, SPEC_KEYS, Resolved, for_each_entry, resolve_entry, resolve_spec
 from layerlab.checks.run import VerifyOptions, verify_args
+from layerlab.target.build import SPEC_KEYS, for_each_entry, from_entry, from_spec
+from layerlab.target.core import Target
+from layerlab.target.references import REFERENCE_OUTPUT
 
-__all__ = ["verify_entry", "verify_spec", "verify_resolved", "verify_all", "SPEC_KEYS", "REFERENCE_OUTPUT"]
+__all__ = ["verify_entry", "verify_spec", "verify_target", "verify_resolved", "verify_all", "SPEC_KEYS",
+           "REFERENCE_OUTPUT"]
 
 
-def verify_resolved(resolved: Resolved, *, deep: bool = False, only: Optional[Sequence[str]] = None,
-                    slow_cap: int = 1_000_000, compile_backend: str = "inductor",
-                    auto_reference: bool = True,
-                    progress: Optional[Callable[[str, int, int], None]] = None) -> VerifyReport:
-    """Verify a resolved target (registry layer or spec) against its reference (without one, against
-    the torch.nn layer it plainly mirrors, unless ``auto_reference`` is off)."""
-    r = resolved
-    opts = VerifyOptions(deep=deep, seed=r.seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend,
+def verify_target(target: Target, *, deep: bool = False, only: Optional[Sequence[str]] = None,
+                  slow_cap: int = 1_000_000, compile_backend: str = DEFAULT_COMPILE_BACKEND,
+                  auto_reference: bool = True,
+                  progress: Optional[Callable[[str, int, int], None]] = None) -> VerifyReport:
+    """Verify a target (registry layer, spec, module + inputs) against its reference (without one,
+    against the torch.nn layer it plainly mirrors, unless ``auto_reference`` is off)."""
+    t = target
+    opts = VerifyOptions(deep=deep, seed=t.seed, only=only, slow_cap=slow_cap, compile_backend=compile_backend,
                          auto_reference=auto_reference, progress=progress)  # progress(what, i, n): long checks
-    return verify_args(r.module, r.args, r.reference, r.weight_map, r.tags, opts, r.target, dict(r.batch_dims),
-                       r.reference_output)
+    return verify_args(t.module, t.args, t.reference, t.weight_map, t.tags, opts, t.name, dict(t.batch_dims),
+                       t.reference_output)
+
+
+verify_resolved = verify_target  # the name it had before Target
 
 
 def verify_entry(name: str, *, deep: bool = False, seed: int = 0, only: Optional[Sequence[str]] = None,
-                 slow_cap: int = 1_000_000, compile_backend: str = "inductor") -> VerifyReport:
+                 slow_cap: int = 1_000_000, compile_backend: str = DEFAULT_COMPILE_BACKEND) -> VerifyReport:
     """Verify the registry layer ``name`` with its default arguments and inputs against its reference."""
-    return verify_resolved(resolve_entry(name, seed=seed), deep=deep, only=only, slow_cap=slow_cap,
+    return verify_target(from_entry(name, seed=seed), deep=deep, only=only, slow_cap=slow_cap,
                            compile_backend=compile_backend)
 
 
 def verify_spec(path: str, *, deep: bool = False, seed: Optional[int] = None, only: Optional[Sequence[str]] = None,
                 slow_cap: int = 1_000_000, allow_import: bool = False,
-                compile_backend: str = "inductor") -> VerifyReport:
+                compile_backend: str = DEFAULT_COMPILE_BACKEND) -> VerifyReport:
     """Verify the layer a YAML spec builds; ``reference:`` names what it should equal.
 
     ``reference:`` is a layer name as ``layer:`` takes it (``nn.LSTM``, ``LSTM``, a registry name,
@@ -49,14 +57,14 @@ def verify_spec(path: str, *, deep: bool = False, seed: Optional[int] = None, on
     claims; ``batch_dims: {name: dim}`` fixes a batch-dim guess. Without ``reference:``, a registry
     layer (``layer: lstm``) is compared with its registry reference.
     """
-    resolved = resolve_spec(path, seed=seed, allow_import=allow_import, strict=True)
-    return verify_resolved(resolved, deep=deep, only=only, slow_cap=slow_cap, compile_backend=compile_backend)
+    target = from_spec(path, seed=seed, allow_import=allow_import, strict=True)
+    return verify_target(target, deep=deep, only=only, slow_cap=slow_cap, compile_backend=compile_backend)
 
 
 def verify_all(names: Optional[Sequence[str]] = None, *, deep: bool = False, seed: int = 0,
                only: Optional[Sequence[str]] = None, slow_cap: int = 1_000_000,
                progress: Optional[Callable[[str, int, int], None]] = None,
-               compile_backend: str = "inductor") -> MatrixReport:
+               compile_backend: str = DEFAULT_COMPILE_BACKEND) -> MatrixReport:
     """Verify every registry layer (or ``names``); ``progress(name, i, n)`` is called before each."""
     reports, seconds = for_each_entry(
         names, lambda name: verify_entry(name, deep=deep, seed=seed, only=only, slow_cap=slow_cap,

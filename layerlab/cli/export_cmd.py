@@ -12,21 +12,17 @@ from typing import Optional
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import AtolOpt, DeviceOpt, JsonOpt, RtolOpt, SeedOpt
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
+from layerlab.cli.options import (AtolOpt, CompileBackendOpt, DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt,
+                                  RtolOpt, SeedOpt, overrides)
 from layerlab.cli.parse import name_list
-from layerlab.cli.target_arg import (AllowImportOpt, TargetArg, check_target, device_of, refuse_meta, resolve,
-                                     to_device)
-from layerlab.errors import UsageError
+from layerlab.cli.target_arg import AllowImportOpt, TargetArg, check_target, device_of, one_target_only, refuse_meta, resolve
 
 AllOpt = Annotated[bool, typer.Option("--all", help="Every registry layer: a matrix of layers × paths.")]
 PathsOpt = Annotated[Optional[str], typer.Option(
     "--paths", metavar="PATHS",
     help="Run only these paths, comma-separated: trace, script, compile, export, export_dynamic, onnx.",
     show_default=False)]
-CompileBackendOpt = Annotated[str, typer.Option(
-    "--compile-backend", metavar="NAME",
-    help="torch.compile backend: aot_eager checks full-graph capture quickly; inductor compiles for real "
-         "(tens of seconds per layer on CPU).")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too (input-specific traces, graph breaks).")]
 
 
@@ -34,12 +30,15 @@ def command(
     target: TargetArg = None,
     all_layers: AllOpt = False,
     paths: PathsOpt = None,
-    compile_backend: CompileBackendOpt = "aot_eager",
+    compile_backend: CompileBackendOpt = DEFAULT_COMPILE_BACKEND,
     strict: StrictOpt = False,
     rtol: RtolOpt = None,
     atol: AtolOpt = None,
     seed: SeedOpt = None,
     device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    mode: ModeOpt = None,
+    input_shape: InputShapeOpt = None,
     allow_import: AllowImportOpt = False,
     json: JsonOpt = False,
 ) -> int:
@@ -63,18 +62,17 @@ def command(
 
     out = Output(json_mode=json)
     check_target("export-check", target, all_layers)
+    if all_layers:
+        one_target_only("export-check", input_shape=input_shape, mode=mode, dtype=dtype)
     dev = device_of(device)
     from layerlab.deploy.run import check_all, check_target as run_target, select_paths
 
     selected = select_paths(name_list(paths, "--paths", "path name", "trace,export"))  # unknown names: a usage error before any work
-    if compile_backend not in ("aot_eager", "inductor", "eager"):
-        _check_backend(compile_backend)
     from layerlab.cli import render_export
+    from layerlab.cli.progress import steps
 
     if all_layers:
-        from layerlab import registry
-
-        with render_export.progress(out.err, total=len(registry.names())) as advance:
+        with steps(out.err, "export-check", json_mode=out.json_mode) as advance:
             matrix = check_all(paths=selected, compile_backend=compile_backend, seed=seed or 0, progress=advance,
                                device=dev)
         if out.json_mode:
@@ -83,29 +81,18 @@ def command(
             out.show(*render_export.matrix(matrix, strict=strict))
         _onnx_note(out, matrix.reports)
         return 0 if matrix.ok_for(strict) else 1
-    resolved = resolve(target, seed=seed, allow_import=allow_import)
+    options = overrides(device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape)
+    resolved = resolve(target, options=options, allow_import=allow_import, reference=False)
     refuse_meta(resolved)
-    resolved.module, resolved.args = to_device(resolved.module, resolved.args, dev)
-    report = run_target(resolved, paths=selected, compile_backend=compile_backend, rtol=rtol, atol=atol)
+    with steps(out.err, "export-check", json_mode=out.json_mode) as advance:
+        report = run_target(resolved, paths=selected, compile_backend=compile_backend, rtol=rtol, atol=atol,
+                            progress=advance)
     if out.json_mode:
         out.json(report)
     else:
         out.show(*render_export.report(report, strict=strict))
     _onnx_note(out, [report])
     return 0 if report.ok_for(strict) else 1
-
-
-def _check_backend(name: str) -> None:
-    import torch._dynamo
-
-    known = torch._dynamo.list_backends(exclude_tags=())
-    if name not in known:
-        import difflib
-
-        close = difflib.get_close_matches(name, known, n=1)
-        raise UsageError(f"no torch.compile backend called {name!r}", where="--compile-backend",
-                         expected=", ".join(sorted(known)), got=name,
-                         hint=f"did you mean {close[0]!r}?" if close else None)
 
 
 def _onnx_note(out, reports) -> None:

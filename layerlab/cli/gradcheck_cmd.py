@@ -11,9 +11,11 @@ from typing import Optional
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import JsonOpt, SeedOpt
+from layerlab.cli.options import (CompileBackendOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt,
+                                  overrides)
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.cli.parse import name_list
-from layerlab.cli.target_arg import AllowImportOpt, check_target, refuse_meta, resolve
+from layerlab.cli.target_arg import AllowImportOpt, check_target, one_target_only, refuse_meta, resolve
 
 TargetArg = Annotated[Optional[str], typer.Argument(
     metavar="[NAME|SPEC]",
@@ -33,10 +35,6 @@ NoAutoReferenceOpt = Annotated[bool, typer.Option(
     "--no-auto-reference",
     help="Without a reference, do not compare a layer that mirrors a torch.nn layer (MyGRUCell) with that layer.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show the numbers of passing checks too.")]
-CompileBackendOpt = Annotated[str, typer.Option(
-    "--compile-backend", metavar="NAME",
-    help="torch.compile backend of --deep's compile check (inductor compiles for real and can take a minute; "
-         "aot_eager is quick).")]
 
 
 def command(
@@ -47,7 +45,10 @@ def command(
     slow_cap: SlowCapOpt = 1_000_000,
     seed: SeedOpt = None,
     verbose: VerboseOpt = False,
-    compile_backend: CompileBackendOpt = "inductor",
+    compile_backend: CompileBackendOpt = DEFAULT_COMPILE_BACKEND,
+    input_shape: InputShapeOpt = None,
+    mode: ModeOpt = None,
+    dtype: DtypeOpt = None,
     no_auto_reference: NoAutoReferenceOpt = False,
     allow_import: AllowImportOpt = False,
     json: JsonOpt = False,
@@ -66,6 +67,8 @@ def command(
     out = Output(json_mode=json)
     checks = name_list(only, "--only", "check name", "forward_parity,gradcheck")
     check_target("gradcheck", target, all_layers)
+    if all_layers:
+        one_target_only("gradcheck", input_shape=input_shape, mode=mode, dtype=dtype)
     from layerlab.checks import targets
     from layerlab.checks.run import VerifyOptions
 
@@ -74,14 +77,16 @@ def command(
     if all_layers:
         return _run_all(out, deep=deep, seed=seed or 0, only=checks, slow_cap=slow_cap, verbose=verbose,
                         compile_backend=compile_backend)
-    resolved = resolve(target, seed=seed, allow_import=allow_import, strict=True, example="layerlab gradcheck lstm")
+    options = overrides(dtype=dtype, seed=seed, mode=mode, input_shape=input_shape)
+    resolved = resolve(target, options=options, allow_import=allow_import, strict=True)
     refuse_meta(resolved)
     from layerlab.cli import render_gradcheck
+    from layerlab.cli.progress import steps
 
-    with render_gradcheck.check_progress(out.err) as advance:  # stderr: never mixed into --json stdout
-        report = targets.verify_resolved(resolved, deep=deep, only=checks, slow_cap=slow_cap,
-                                         compile_backend=compile_backend, auto_reference=not no_auto_reference,
-                                         progress=advance)
+    with steps(out.err, "checking", json_mode=out.json_mode) as advance:  # stderr: never mixed into stdout
+        report = targets.verify_target(resolved, deep=deep, only=checks, slow_cap=slow_cap,
+                                       compile_backend=compile_backend, auto_reference=not no_auto_reference,
+                                       progress=advance)
     if out.json_mode:
         out.json(report)
     else:
@@ -95,7 +100,9 @@ def _run_all(out, *, deep: bool, seed: int, only, slow_cap: int, verbose: bool, 
     from layerlab.checks.targets import verify_all
 
     names = registry.names()
-    with render_gradcheck.progress(out.err, total=len(names)) as advance:
+    from layerlab.cli.progress import steps
+
+    with steps(out.err, "gradcheck", json_mode=out.json_mode) as advance:
         matrix = verify_all(names, deep=deep, seed=seed, only=only, slow_cap=slow_cap, progress=advance,
                             compile_backend=compile_backend)
     if out.json_mode:

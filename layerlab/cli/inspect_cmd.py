@@ -1,26 +1,27 @@
-"""``layerlab inspect SPEC.yaml``: build a layer from a spec, run it forward and backward, show every step."""
+"""``layerlab inspect SPEC.yaml``: build a layer from a spec, run it forward and backward, show every step.
+
+The spec (or registry name) becomes a :class:`~layerlab.target.Target` the way it does for every
+command, so a gradcheck spec (``reference:``, ``tags:``, ``batch_dims:``) runs here unchanged: inspect
+uses the module and its inputs and does not build the reference.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import DeviceOpt, DtypeOpt, JsonOpt, SeedOpt
-from layerlab.errors import CheckFailed, UsageError
+from layerlab.cli.options import (AllowImportOpt, DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt,
+                                  overrides)
+from layerlab.errors import CheckFailed
 
 SpecArg = Annotated[str, typer.Argument(
     metavar="SPEC",
     help="A YAML spec (see the README, 'The YAML spec'), or a layerlab registry name such as conv2d.",
     show_default=False,
 )]
-InputShapeOpt = Annotated[Optional[List[str]], typer.Option(
-    "--input-shape",
-    help="Replace an input's shape: 2,3,32,32 (the first input) or query=2,10,64. Repeatable.",
-)]
-ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="train or eval (the spec's mode otherwise; default train).")]
 BackwardOpt = Annotated[bool, typer.Option("--backward/--no-backward", help="Run backward too (default: yes).")]
 DepthOpt = Annotated[Optional[int], typer.Option("--depth", min=0, help="Fold modules nested deeper than N (root = 0).")]
 SvgOpt = Annotated[Optional[Path], typer.Option("--svg", help="Also save what is shown as SVG.", dir_okay=False)]
@@ -38,54 +39,6 @@ FixOpt = Annotated[bool, typer.Option(
     "--fix/--no-fix", help="When the forward raises, re-run it on a copy to trace the bad input back and "
                            "to verify the suggested fix (default: yes).",
 )]
-AllowImportOpt = Annotated[bool, typer.Option(
-    "--allow-import", help="Allow layers given as import paths (my_module:MyLayer): importing runs their code.",
-)]
-
-
-def _input_shapes(values: Optional[List[str]]):
-    from layerlab.cli.parse import int_tuple
-
-    out = []
-    for text in values or []:
-        name, sep, body = text.partition("=")
-        if not sep:
-            name, body = None, text
-        dims = int_tuple(body, "--input-shape", minimum=0)
-        out.append((name.strip() if name else None, list(dims) if isinstance(dims, tuple) else [dims]))
-    return out
-
-
-def _dtype(value: Optional[str]) -> Optional[str]:
-    if value is None:
-        return None
-    from layerlab.spec.schema import DTYPE_ALIASES, FLOAT_DTYPES, did_you_mean
-
-    name = DTYPE_ALIASES.get(value.strip(), value.strip()).replace("torch.", "")
-    if name not in FLOAT_DTYPES:
-        raise UsageError(f"--dtype must be a floating dtype, got {value!r}", where="--dtype",
-                         expected=", ".join(FLOAT_DTYPES), got=value, hint=did_you_mean(name, FLOAT_DTYPES))
-    return name
-
-
-def _load(spec: str, overrides, allow_import: bool):
-    from layerlab.spec import load_spec, spec_from_registry
-
-    path = Path(spec)
-    if path.exists() or path.suffix.lower() in (".yaml", ".yml") or "/" in spec or "\\" in spec:
-        return load_spec(spec, allow_import=allow_import, overrides=overrides)
-    from layerlab import registry
-
-    try:
-        registry.get(spec)
-    except UsageError as exc:
-        raise UsageError(
-            f"{spec!r} is neither a spec file nor a layerlab registry name", where="SPEC",
-            expected="a .yaml file or a registry name", got=spec, hint=exc.hint or "check the file name",
-        ) from None
-    return spec_from_registry(spec, overrides=overrides)
-
-
 def command(
     spec: SpecArg,
     device: DeviceOpt = None,
@@ -113,31 +66,26 @@ def command(
     Exit codes: 0 all good, 1 the layer raised or a check failed, 2 bad spec or options.
     """
     from layerlab.cli.output import Output, check_writable
-    from layerlab.cli.target_arg import device_of
-    from layerlab.spec import Overrides, build
+    from layerlab.cli.target_arg import device_of, resolve
 
-    if mode is not None and mode not in ("train", "eval"):
-        raise UsageError(f"--mode must be train or eval, got {mode!r}", where="--mode", expected="train | eval", got=mode)
     device_of(device)  # an absent or meta device is --device's fault, not the spec's
     if not json:  # under --json nothing is drawn, so nothing is saved (a warning says so below)
         check_writable(svg, "--svg")  # before the run, not after it
         check_writable(html, "--html")
-    overrides = Overrides(
-        device=device, dtype=_dtype(dtype), seed=seed, mode=mode,
-        backward=None if backward else False, input_shapes=_input_shapes(input_shape),
-    )
-    loaded = _load(spec, overrides, allow_import)
-    built = build(loaded)
+    options = overrides(device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape,
+                        backward=None if backward else False, meta=meta)  # --meta: built without weights
+    target = resolve(spec, options=options, allow_import=allow_import, reference=False)
     from layerlab.arguments import check_not_meta
 
     if not meta:  # --meta runs on meta twins of the model on purpose
-        check_not_meta(built.module, [*built.args, *built.kwargs.values()], where=f"{loaded.source} (device: meta)")
+        check_not_meta(target.module, target.values(), where=f"{target.name} (device: meta)")
 
     from layerlab.probe.run import inspect
 
+    pos, kw = target.split()
     report = inspect(
-        built.module, *built.args, backward=built.backward, seed=built.seed, mode=built.mode,
-        forward_kwargs=built.kwargs, ops=ops, fix=fix, meta=meta,
+        target.module, *pos, backward=target.backward, seed=target.seed, mode=target.mode,
+        forward_kwargs=kw, ops=ops, fix=fix, meta=meta,
     )
     out = Output(json_mode=json, record=bool(svg or html))
     if json:
@@ -149,7 +97,7 @@ def command(
         normal = widest = console.width
         from layerlab.spec.limits import clean_text
 
-        title = loaded.title or f"layerlab inspect {clean_text(spec)}"  # a file name may hold ESC sequences
+        title = target.title or f"layerlab inspect {clean_text(spec)}"  # a file name may hold ESC sequences
         for part in render(report, depth=depth, title=title, wide=wide):
             if isinstance(part, WideForward):  # whole, lines longer than the terminal, rather than squeezed
                 console.width = widest = max(normal, part.width_needed(console))

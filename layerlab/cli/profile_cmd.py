@@ -11,8 +11,10 @@ from typing import Optional
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import DeviceOpt, JsonOpt, SeedOpt, ThreadsOpt
-from layerlab.cli.target_arg import AllowImportOpt, device_of, refuse_meta, resolve, to_device
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
+from layerlab.cli.options import (CompileBackendOpt, DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt,
+                                  ThreadsOpt, overrides)
+from layerlab.cli.target_arg import AllowImportOpt, device_of, refuse_meta, resolve
 from layerlab.errors import UsageError
 
 TargetArg = Annotated[str, typer.Argument(
@@ -21,9 +23,6 @@ TargetArg = Annotated[str, typer.Argument(
 RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timed rounds; medians are reported.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first.")]
 CompileOpt = Annotated[bool, typer.Option("--compile", help="Also time torch.compile against eager.")]
-CompileBackendOpt = Annotated[str, typer.Option(
-    "--compile-backend", metavar="NAME", help="torch.compile backend for --compile (inductor compiles C++ on CPU: "
-    "tens of seconds).")]
 VsReferenceOpt = Annotated[bool, typer.Option(
     "--vs-reference", help="Time the layer next to its torch.nn counterpart (the registry's, or the spec's "
     "reference:): throughput and memory side by side, with the ratio.")]
@@ -38,9 +37,12 @@ def command(
     repeats: RepeatsOpt = 10,
     warmup: WarmupOpt = 3,
     compile: CompileOpt = False,
-    compile_backend: CompileBackendOpt = "inductor",
+    compile_backend: CompileBackendOpt = DEFAULT_COMPILE_BACKEND,
     vs_reference: VsReferenceOpt = False,
     device: DeviceOpt = None,
+    dtype: DtypeOpt = None,
+    mode: ModeOpt = None,
+    input_shape: InputShapeOpt = None,
     threads: ThreadsOpt = None,
     depth: DepthOpt = None,
     top: TopOpt = None,
@@ -59,15 +61,15 @@ def command(
 
       layerlab profile transformer_encoder_layer --vs-reference
       layerlab profile model.yaml --depth 2 --repeats 20
-      layerlab profile conv2d --compile --compile-backend aot_eager --json
+      layerlab profile conv2d --compile --compile-backend inductor --json
     """
     from layerlab.cli.output import Output
 
     out = Output(json_mode=json)
-    dev = device_of(device)
-    resolved = resolve(target, seed=seed, allow_import=allow_import)
+    device_of(device)  # an absent or meta device is --device's fault, not the spec's
+    options = overrides(device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape)
+    resolved = resolve(target, options=options, allow_import=allow_import, reference=vs_reference)
     refuse_meta(resolved)
-    module, args = to_device(resolved.module, resolved.args, dev)
     reference = None
     if vs_reference:
         reference = resolved.reference
@@ -76,9 +78,12 @@ def command(
                              hint="give a spec a reference: key (reference: nn.TransformerEncoderLayer)")
     from layerlab.profiling.run import profile_args
 
-    report = profile_args(module, args, repeats=repeats, warmup=warmup, compile=compile,
-                          compile_backend=compile_backend, reference=reference, threads=threads,
-                          seed=resolved.seed, target=resolved.target)
+    from layerlab.cli.progress import steps
+
+    with steps(out.err, "profile", json_mode=out.json_mode) as advance:
+        report = profile_args(resolved.module, resolved.args, repeats=repeats, warmup=warmup, compile=compile,
+                              compile_backend=compile_backend, reference=reference, threads=threads,
+                              seed=resolved.seed, target=resolved.name, progress=advance)
     if out.json_mode:
         out.json(report)
     else:

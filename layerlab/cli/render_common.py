@@ -7,8 +7,7 @@ Used by :mod:`~layerlab.cli.render_gradcheck`, :mod:`~layerlab.cli.render_export
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from rich.markup import escape
 from rich.table import Table
@@ -60,23 +59,6 @@ def matrix_table(rows: List[Tuple[str, Dict[str, str]]], names: Sequence[str], s
     for target, cells in rows:
         table.add_row(escape(target), *(cells.get(name, "") for name in names))
     return table
-
-
-@contextlib.contextmanager
-def progress(console, total: int, label: str) -> Iterator[Callable[[str, int, int], None]]:
-    """A transient progress bar titled ``label`` on ``console`` (stderr); yields the
-    ``progress(name, i, n)`` callback."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                   TimeElapsedColumn(), console=console, transient=True)
-    task = bar.add_task("", total=total)
-
-    def advance(name: str, i: int, n: int) -> None:
-        bar.update(task, completed=i, description=name)
-
-    with bar:
-        yield advance
 
 
 def fit_columns(need: Mapping[str, int], width: Optional[int], soft: Optional[Mapping[str, int]] = None,

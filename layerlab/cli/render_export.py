@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, List
+from typing import Any, List
 
 from rich.markup import escape
 from rich.table import Table
@@ -87,8 +87,3 @@ def matrix(m: ExportMatrix, strict: bool = False, verbose: bool = True) -> List[
         f"{word}: {n} layer{'s' if n != 1 else ''}, {bad} with a failing path · cells: {counts['pass']} passed, "
         f"{warn}, {counts['fail']} failed, {counts['skip']} skipped  [dim]({m.seconds:.1f} s)[/]"))
     return parts
-
-
-def progress(console, total: int) -> ContextManager[Callable[[str, int, int], None]]:
-    """A transient progress bar on ``console`` (stderr); yields the ``progress(name, i, n)`` callback."""
-    return C.progress(console, total, "export-check")

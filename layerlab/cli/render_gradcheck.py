@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, ContextManager, Dict, Iterator, List
+from typing import Any, Dict, List
 
 from rich.markup import escape
 from rich.padding import Padding
@@ -167,29 +166,3 @@ def matrix(m: MatrixReport, verbose: bool = False) -> List[Any]:
     parts.append(Text.from_markup(f"{C.verdict(m.ok)}: {len(m.reports)} layer{'s' if len(m.reports) != 1 else ''}, {len(failed)} failed  "
                                   f"[dim]({m.seconds:.1f} s)[/]"))
     return parts
-
-
-@contextlib.contextmanager
-def check_progress(console) -> Iterator[Callable[[str, int, int], None]]:
-    """A transient progress bar on ``console`` (stderr) for one layer's long checks (a big model's
-    gradcheck: one step per tensor); yields the ``progress(what, i, n)`` callback (``n`` sets the
-    bar's length, which changes from one check to the next)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    if not console.is_terminal:  # a pipe or a file: no bar, and not even its closing newline
-        yield lambda what, i, n: None
-        return
-    bar = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                   TimeElapsedColumn(), console=console, transient=True)
-    task = bar.add_task("", total=None)
-
-    def advance(what: str, i: int, n: int) -> None:
-        bar.update(task, completed=i, total=n, description=what)
-
-    with bar:
-        yield advance
-
-
-def progress(console, total: int) -> ContextManager[Callable[[str, int, int], None]]:
-    """A progress bar on ``console`` (stderr); yields the ``progress(name, i, n)`` callback."""
-    return C.progress(console, total, "gradcheck")

@@ -1,18 +1,17 @@
-"""The TARGET argument that export-check and profile share with gradcheck: NAME | SPEC | --all.
+"""The TARGET argument every command shares: NAME | SPEC (| --all for gradcheck and export-check).
 
-Only usage checks live here (both or neither given, a missing file, a registry typo → exit 2);
-building is :mod:`layerlab.checks.resolve`.
+Only usage checks live here (both or neither given, an unavailable ``--device`` → exit 2); building,
+and the hints for a missing file or an unknown name, are :mod:`layerlab.target.build`'s.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from typing import Annotated
 
-from layerlab.checks.resolve import to_device  # noqa: F401 - the commands import it from here
+from layerlab.cli.options import AllowImportOpt  # noqa: F401 - the commands import it from here
 from layerlab.errors import UsageError
 
 TargetArg = Annotated[Optional[str], typer.Argument(
@@ -20,8 +19,6 @@ TargetArg = Annotated[Optional[str], typer.Argument(
     help="A layerlab registry name (lstm, conv2d) or a YAML spec; omit it with --all.",
     show_default=False,
 )]
-AllowImportOpt = Annotated[bool, typer.Option(
-    "--allow-import", help="Allow layers given as import paths in a spec (importing runs their code).")]
 
 
 def check_target(command: str, target: Optional[str], all_layers: bool) -> None:
@@ -34,21 +31,27 @@ def check_target(command: str, target: Optional[str], all_layers: bool) -> None:
                          hint=f"layerlab {command} lstm  ·  layerlab {command} --all")
 
 
-def resolve(target: str, *, seed: Optional[int], allow_import: bool, strict: bool = False,
-            example: str = "lstm, conv2d"):
-    """Build TARGET (a spec file or a registry name) → :class:`~layerlab.checks.resolve.Resolved`.
+def one_target_only(command: str, **given: Any) -> None:
+    """Options that shape one target's build (``--input-shape``, ``--mode``, ``--dtype``) make no sense
+    across every registry layer: a usage error with ``--all`` (exit 2)."""
+    used = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
+    if used:
+        raise UsageError(f"{', '.join(used)} shape(s) one layer's build, not every layer's", where=used[0],
+                         hint=f"give one layer: layerlab {command} NAME|SPEC {used[0]} …")
 
-    ``strict``: check the spec keys only gradcheck reads (see :func:`~layerlab.checks.resolve.resolve_spec`);
-    ``example``: the registry name the missing-file hint suggests.
+
+def resolve(target: str, *, options: Any = None, allow_import: bool = False, strict: bool = False,
+            reference: bool = True):
+    """Build TARGET (a spec file or a registry name) → :class:`~layerlab.target.Target`, with the shared
+    options (:func:`layerlab.cli.options.overrides`) applied to either.
+
+    ``strict``: check the spec keys only gradcheck reads (see :func:`~layerlab.target.build.from_spec`);
+    ``reference=False``: the command never uses the reference, so it is not built. A missing file or
+    an unknown name is a usage error whose hint names what exists (``configs/…``, a registry name).
     """
-    from layerlab.checks.resolve import is_spec_path, resolve_entry, resolve_spec
+    from layerlab.target.build import resolve as build
 
-    if is_spec_path(target):
-        if not Path(target).is_file():
-            raise UsageError(f"no spec file {target!r}", where="SPEC", got=target,
-                             hint=f"check the path, or give a registry name ({example})")
-        return resolve_spec(target, seed=seed, allow_import=allow_import, strict=strict)
-    return resolve_entry(target, seed=seed or 0)
+    return build(target, overrides=options, allow_import=allow_import, strict=strict, reference=reference)
 
 
 def device_of(name: Optional[str]):
@@ -102,4 +105,4 @@ def refuse_meta(resolved) -> None:
     """A target built on the meta device (a spec's ``device: meta``) has no values to check: exit 2."""
     from layerlab.arguments import check_not_meta
 
-    check_not_meta(resolved.module, [a.value for a in resolved.args], where=resolved.target)
+    check_not_meta(resolved.module, resolved.values(), where=resolved.name)

@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from layerlab.checks.case import Arg, flatten, map_args, positional_names
+from layerlab.target.bind import Arg, flatten, map_args, positional_names
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.checks.compare import compare
 from layerlab.deploy.variants import Variant
 
@@ -44,7 +45,7 @@ class Context:
     variants: List[Variant]
     rtol: float
     atol: float
-    compile_backend: str = "aot_eager"
+    compile_backend: str = DEFAULT_COMPILE_BACKEND
     batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)
     eager_out: Any = None
     _variant_out: Dict[str, Any] = field(default_factory=dict)

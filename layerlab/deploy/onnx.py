@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 import torch
 
-from layerlab.checks.case import flatten
+from layerlab.target.bind import flatten
 from layerlab.checks.report import Status
 from layerlab.deploy.context import Context, quiet
 from layerlab.deploy.messages import first_line, user_location

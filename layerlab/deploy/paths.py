@@ -140,7 +140,7 @@ def trace(ctx: Context) -> PathResult:
 
 
 def _as_args(values, keyword: bool = False):
-    from layerlab.checks.case import Arg
+    from layerlab.target.bind import Arg
 
     if keyword:
         return [Arg(k, v, True) for k, v in values.items()]

@@ -18,10 +18,14 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.deploy.report import PATHS, ExportMatrix, ExportReport, PathResult
 from layerlab.errors import UsageError, debug_enabled
 
 __all__ = ["export_check", "export_check_args", "check_target", "check_all", "select_paths"]
+
+#: ``progress(what, i, n)``: called before the eager run (``i = 0``) and before each path
+Progress = Callable[[str, int, int], None]
 
 
 def select_paths(only: Optional[Iterable[str]]) -> List[str]:
@@ -40,8 +44,9 @@ def select_paths(only: Optional[Iterable[str]]) -> List[str]:
 
 
 def export_check(module: Any, *inputs: Any, paths: Optional[Sequence[str]] = None,
-                 compile_backend: str = "aot_eager", rtol: Optional[float] = None, atol: Optional[float] = None,
-                 seed: int = 0, target: Optional[str] = None, batch_dims: Optional[Dict[str, Optional[int]]] = None,
+                 compile_backend: str = DEFAULT_COMPILE_BACKEND, rtol: Optional[float] = None,
+                 atol: Optional[float] = None, seed: int = 0, target: Optional[str] = None,
+                 batch_dims: Optional[Dict[str, Optional[int]]] = None,
                  forward_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> ExportReport:
     """Try every export path on ``module(*inputs, **kwargs)``; return an :class:`ExportReport`.
 
@@ -50,7 +55,8 @@ def export_check(module: Any, *inputs: Any, paths: Optional[Sequence[str]] = Non
         *inputs: positional forward arguments (the example).
         paths (sequence of str, optional): run only these (:data:`PATHS`). Default: all.
         compile_backend (str, optional): ``torch.compile`` backend. ``"aot_eager"`` checks full-graph
-            capture without building C++ (fast); ``"inductor"`` compiles for real. Default: ``"aot_eager"``.
+            capture without building C++ (fast); ``"inductor"`` compiles for real. Default: ``"aot_eager"``
+            (:mod:`layerlab.backends` says why).
         rtol, atol (float, optional): tolerances of the output comparisons. Default: per dtype
             (float32: 1e-4, 1e-5; see :data:`layerlab.deploy.context.TOLERANCES`).
         seed (int, optional): seed of the variant inputs. Default: ``0``.
@@ -60,27 +66,26 @@ def export_check(module: Any, *inputs: Any, paths: Optional[Sequence[str]] = Non
         **kwargs: keyword forward arguments (``attn_mask=…``).
     """
     from layerlab.arguments import check_module, check_seed
-    from layerlab.checks.case import Arg, positional_names
+    from layerlab.target import from_module
 
     check_module(module, "layerlab.export_check")
     check_seed(seed)
-    names = positional_names(module, len(inputs))
-    args = [Arg(n, v, False) for n, v in zip(names, inputs)]
-    args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
-    return export_check_args(module, args, paths=paths, compile_backend=compile_backend, rtol=rtol, atol=atol,
-                             seed=seed, target=target or type(module).__name__, batch_dims=batch_dims)
+    t = from_module(module, *inputs, seed=seed, name=target, batch_dims=batch_dims, forward_kwargs=forward_kwargs,
+                    **kwargs)
+    return check_target(t, paths=paths, compile_backend=compile_backend, rtol=rtol, atol=atol)
 
 
 def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[str]] = None,
-                      compile_backend: str = "aot_eager", rtol: Optional[float] = None,
+                      compile_backend: str = DEFAULT_COMPILE_BACKEND, rtol: Optional[float] = None,
                       atol: Optional[float] = None, seed: int = 0, target: str = "",
                       batch_dims: Optional[Dict[str, Optional[int]]] = None,
-                      tags: frozenset = frozenset()) -> ExportReport:
-    """:func:`export_check` on ready-made :class:`~layerlab.checks.case.Arg` inputs."""
+                      tags: frozenset = frozenset(), progress: Optional[Progress] = None) -> ExportReport:
+    """:func:`export_check` on ready-made :class:`~layerlab.target.bind.Arg` inputs; ``progress(path, i, n)``
+    is called before each path (an inductor compile or an ONNX export can take many seconds)."""
     import torch
 
-    from layerlab.checks.case import class_path
     from layerlab.deploy import paths as P
+    from layerlab.target.bind import class_path
     from layerlab.deploy.context import Context, detached, tolerances_for
     from layerlab.deploy.onnx import onnx
     from layerlab.deploy.variants import make_variants
@@ -105,6 +110,8 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
     torch.set_num_threads(1)  # small example tensors: one thread is fastest and keeps runs repeatable
     try:
         pos, kw = ctx.split()
+        if progress is not None:
+            progress("eager run and input variants", 0, len(selected) + 1)
         try:
             with torch.no_grad():
                 ctx.eager_out = ctx.module_eval(*pos, **kw)
@@ -119,7 +126,9 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
         ctx.variants = make_variants(ctx.module, args, seed=seed, batch_dims=batch_dims, tags=tags)
         settings["variants"] = [v.description for v in ctx.variants]
         results: List[PathResult] = []
-        for name in selected:
+        for i, name in enumerate(selected, start=1):
+            if progress is not None:
+                progress(name, i, len(selected) + 1)
             try:
                 results.append(P.timed(functions[name], ctx))
             except Exception as exc:  # a bug in a path function must not hide the other cells
@@ -175,34 +184,36 @@ def _constant_eager(ctx, settings: Dict[str, Any], seed: int) -> Optional[str]:
 
 
 def _describe(value: Any) -> Any:
-    from layerlab.checks.run import _describe as describe
+    from layerlab.target.bind import describe
 
     return describe(value)
 
 
-def check_target(resolved, *, paths: Optional[Sequence[str]] = None, compile_backend: str = "aot_eager",
-                 rtol: Optional[float] = None, atol: Optional[float] = None) -> ExportReport:
-    """:func:`export_check` on a :class:`~layerlab.checks.resolve.Resolved` target (registry name or spec)."""
-    return export_check_args(resolved.module, resolved.args, paths=paths, compile_backend=compile_backend,
-                             rtol=rtol, atol=atol, seed=resolved.seed, target=resolved.target,
-                             batch_dims=resolved.batch_dims, tags=resolved.tags)
+def check_target(target, *, paths: Optional[Sequence[str]] = None, compile_backend: str = DEFAULT_COMPILE_BACKEND,
+                 rtol: Optional[float] = None, atol: Optional[float] = None,
+                 progress: Optional[Progress] = None) -> ExportReport:
+    """:func:`export_check` on a :class:`~layerlab.target.Target` (registry name, spec, module + inputs)."""
+    return export_check_args(target.module, target.args, paths=paths, compile_backend=compile_backend,
+                             rtol=rtol, atol=atol, seed=target.seed, target=target.name,
+                             batch_dims=target.batch_dims, tags=target.tags, progress=progress)
 
 
 def check_all(names: Optional[Sequence[str]] = None, *, paths: Optional[Sequence[str]] = None,
-              compile_backend: str = "aot_eager", seed: int = 0,
+              compile_backend: str = DEFAULT_COMPILE_BACKEND, seed: int = 0,
               progress: Optional[Callable[[str, int, int], None]] = None, device: Any = None) -> ExportMatrix:
     """Every registry layer (or ``names``), on ``device`` (default: where the spec builds it);
     ``progress(name, i, n)`` is called before each."""
     from layerlab.checks.report import Status
-    from layerlab.checks.resolve import for_each_entry, resolve_entry, to_device
     from layerlab.deploy.messages import first_line
+    from layerlab.target.build import for_each_entry, from_entry
+    from layerlab.target.core import to_device
 
     selected = select_paths(paths)
 
     def run(name: str) -> ExportReport:
-        resolved = resolve_entry(name, seed=seed)
-        resolved.module, resolved.args = to_device(resolved.module, resolved.args, device)
-        return check_target(resolved, paths=selected, compile_backend=compile_backend)
+        target = from_entry(name, seed=seed, reference=False)  # export paths never run the reference
+        target.module, target.args = to_device(target.module, target.args, device)
+        return check_target(target, paths=selected, compile_backend=compile_backend)
 
     def unbuildable(name: str, exc: Exception) -> ExportReport:
         reason = f"the layer could not be built: {first_line(exc)}"

@@ -25,7 +25,7 @@ from typing import Any, List, Optional
 import torch
 from torch import nn
 
-from layerlab.checks.case import flatten
+from layerlab.target.bind import flatten
 from layerlab.checks.report import Status
 
 __all__ = ["REINIT_STD", "constant_output", "zero_parameters", "reinitialised", "mark_vacuous", "mark_reinitialised",

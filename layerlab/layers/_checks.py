@@ -5,7 +5,9 @@ Every check raises :class:`LayerInputError`, which is both a :class:`~layerlab.e
 :class:`ValueError` (so plain ``except ValueError`` code and ``pytest.raises(ValueError)`` work).
 Messages read ``Layer: argument: expected …, got … → fix``. Checks are ``if``/``raise``, never
 ``assert``, so they survive ``python -O``; they look only at Python ints (sizes, dims), so
-``torch.jit.trace`` and ``torch.compile(fullgraph=True)`` see plain shape guards.
+``torch.compile(fullgraph=True)`` sees plain shape guards. Layers run them only when
+:func:`checking` says so: not in a ``torch.jit.script`` (which cannot compile them) nor while a
+``torch.jit.trace`` records (a check there would only freeze the traced sizes).
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def ntuple(layer: str, arg: str, value: IntOrTuple, n: int, *, minimum: int = 1,
             hint=f"pass one int (used for every dim) or {n} of them, e.g. {arg}={(1,) * n if n > 1 else 1}",
         )
     return items
+
+
+def checking() -> bool:
+    """Run the Python input checks? Not inside ``torch.jit.script`` (TorchScript cannot compile
+    them) nor while ``torch.jit.trace`` records (a trace keeps tensor ops only, so a check there
+    would just freeze the traced sizes into TracerWarnings); torch's own ops still check there."""
+    return not torch.jit.is_scripting() and not torch.jit.is_tracing()
 
 
 def spatial_names(nd: int) -> str:

@@ -150,8 +150,12 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional
                               context=shapes())
 
 
-@quiet_when_tracing  # under jit.trace E is a traced size; the trace keeps the scale as a constant
 def _default_scale(E: int) -> float:
+    """``1/√E``. Under ``torch.jit.trace`` ``E`` is a traced size (a 0-dim tensor): the scale is
+    then computed with tensor ops, so a trace made at one head size stays right at another
+    (``math.sqrt`` would freeze the traced ``E`` into the program: silently wrong values)."""
+    if isinstance(E, Tensor):
+        return E.to(torch.float64).rsqrt()
     return 1.0 / math.sqrt(E)
 
 

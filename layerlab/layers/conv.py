@@ -16,14 +16,15 @@ Legend for the shape comments:
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._checks import (
-    IntOrTuple, check_channels, check_matches, check_rank, check_type, copy_params, default_init, layer_error,
+    IntOrTuple, check_channels, check_matches, check_rank, check_type, checking, copy_params, default_init,
+    layer_error,
     ntuple, positive_int,
 )
 
@@ -34,11 +35,15 @@ _DIM_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
 
 class _ConvNd(nn.Module):
-    """Shared logic of :class:`Conv1d`, :class:`Conv2d` and :class:`Conv3d` (see their docs)."""
+    """Shared logic of :class:`Conv1d`, :class:`Conv2d` and :class:`Conv3d` (see their docs).
 
-    _nd: int
-    _torch_cls: type
-    _functional: Callable[..., Tensor]
+    ``forward`` is written in the subset TorchScript compiles (``torch.jit.script`` works): the
+    dimensionality is an instance attribute ``_nd`` and the op is picked by it, the checks sit
+    behind ``torch.jit.is_scripting()``, which the script compiler skips.
+    """
+
+    # set by each subclass (class attributes, not annotated: TorchScript would read the annotations
+    # as the module's attribute types): _nd, the number of spatial dims; _torch_cls, the torch.nn class
 
     def __init__(
         self,
@@ -56,6 +61,7 @@ class _ConvNd(nn.Module):
     ) -> None:
         super().__init__()
         name, nd = type(self).__name__, self._nd
+        self._nd = nd  # an instance attribute: TorchScript does not see class attributes
         self.in_channels = positive_int(name, "in_channels", in_channels)
         self.out_channels = positive_int(name, "out_channels", out_channels)
         self.groups = positive_int(name, "groups", groups)
@@ -88,7 +94,8 @@ class _ConvNd(nn.Module):
         self._pad_arg = tuple(v for left, right in reversed(self._pads) for v in (left, right))
         # symmetric zeros are left to the op, which pads on the fly without copying the input
         symmetric = padding_mode == "zeros" and all(left == right for left, right in self._pads)
-        self._op_padding = tuple(left for left, _ in self._pads) if symmetric else None
+        self._op_padding: Optional[Tuple[int, ...]] = tuple(left for left, _ in self._pads) if symmetric else None
+        self._no_padding = (0,) * nd
         # the smallest input that still holds one window: span − left − right per dim
         self._min_size = tuple(d * (k - 1) + 1 - left - right
                                for k, d, (left, right) in zip(self.kernel_size, self.dilation, self._pads))
@@ -157,18 +164,27 @@ class _ConvNd(nn.Module):
                     hint="use a larger input, less padding, or padding_mode='replicate'")
 
     def forward(self, input: Tensor) -> Tensor:
-        self._check_input(input)
+        if not torch.jit.is_scripting():  # the script compiler skips this branch
+            if checking():
+                self._check_input(input)
         return self._conv_forward(input)
 
     def _conv_forward(self, input: Tensor) -> Tensor:
         """The convolution itself, for an input already checked (composite layers call it directly)."""
-        if self._op_padding is not None:
-            return type(self)._functional(input, self.weight, self.bias, self.stride, self._op_padding,
-                                          self.dilation, self.groups)  # (N, C_out, *S_out)
-        mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
-        x = F.pad(input, self._pad_arg, mode=mode)  # (N, C_in, *(S + left + right))
-        return type(self)._functional(x, self.weight, self.bias, self.stride, 0, self.dilation,
-                                      self.groups)  # (N, C_out, *S_out)
+        x = input
+        padding = self._op_padding
+        if padding is None:
+            mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
+            x = F.pad(input, self._pad_arg, mode=mode)  # (N, C_in, *(S + left + right))
+            padding = self._no_padding
+        return self._convolve(x, padding)  # (N, C_out, *S_out)
+
+    def _convolve(self, x: Tensor, padding: List[int]) -> Tensor:
+        if self._nd == 1:
+            return F.conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+        if self._nd == 2:
+            return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+        return F.conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
     # -- interop ---------------------------------------------------------------------------------
 
@@ -255,7 +271,7 @@ _ARGS_DOC = """
 
 
 class Conv1d(_ConvNd):
-    _nd, _torch_cls, _functional = 1, nn.Conv1d, F.conv1d
+    _nd, _torch_cls = 1, nn.Conv1d
     __doc__ = ("""Applies a 1-D convolution over ``(N, C_in, L)``, equal to :class:`torch.nn.Conv1d`.
 
     ``out[n, j, t] = bias[j] + Σ_{c in group(j)} Σ_i weight[j, c, i] · x_pad[n, c, t·s + i·d]``
@@ -269,7 +285,7 @@ class Conv1d(_ConvNd):
 
 
 class Conv2d(_ConvNd):
-    _nd, _torch_cls, _functional = 2, nn.Conv2d, F.conv2d
+    _nd, _torch_cls = 2, nn.Conv2d
     __doc__ = ("""Applies a 2-D convolution over ``(N, C_in, H, W)``, equal to :class:`torch.nn.Conv2d`.
 
     ``out[n, j, y, x] = bias[j] + Σ_{c in group(j)} Σ_{u,v} weight[j, c, u, v]
@@ -284,7 +300,7 @@ class Conv2d(_ConvNd):
 
 
 class Conv3d(_ConvNd):
-    _nd, _torch_cls, _functional = 3, nn.Conv3d, F.conv3d
+    _nd, _torch_cls = 3, nn.Conv3d
     __doc__ = ("""Applies a 3-D convolution over ``(N, C_in, D, H, W)``, equal to :class:`torch.nn.Conv3d`.
 """ + _ARGS_DOC.format(s="D, H, W", so="D_out, H_out, W_out") + """
     Example::

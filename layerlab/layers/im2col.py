@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from layerlab.layers._checks import checking
 from layerlab.layers.conv import Conv2d
 
 __all__ = ["Im2colConv2d"]
@@ -72,13 +74,19 @@ class Im2colConv2d(Conv2d):
         torch.Size([2, 27, 25])
     """
 
+    # the attribute's type, so torch.jit.script accepts the first write; a real object, not the
+    # string ``from __future__ import annotations`` would make of an annotation, which it cannot read
+    __annotations__ = {"last_patches": Optional[Tensor]}
+
     def __init__(self, *args, keep_patches: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.keep_patches = keep_patches
         self.last_patches: Optional[Tensor] = None
 
     def _padded(self, x: Tensor) -> Tensor:
-        self._check_input(x)
+        if not torch.jit.is_scripting():  # the script compiler skips this branch
+            if checking():
+                self._check_input(x)
         if x.dim() == 3:
             x = x.unsqueeze(0)  # unbatched (C, H, W) → (1, C, H, W)
         mode = "constant" if self.padding_mode == "zeros" else self.padding_mode

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._checks import (
-    LayerInputError, check_matches, check_type, copy_params, default_init, positive_int,
+    LayerInputError, check_matches, check_type, checking, copy_params, default_init, positive_int,
 )
 
 __all__ = ["Linear"]
@@ -72,6 +72,12 @@ class Linear(nn.Module):
         default_init(self.weight, self.bias, self.in_features)
 
     def forward(self, input: Tensor) -> Tensor:
+        if not torch.jit.is_scripting():  # the script compiler skips this branch
+            if checking():
+                self._check(input)
+        return F.linear(input, self.weight, self.bias)  # (*, H_out)
+
+    def _check(self, input: Tensor) -> None:
         if not isinstance(input, Tensor) or input.dim() == 0 or input.shape[-1] != self.in_features:
             got = "a scalar" if isinstance(input, Tensor) and input.dim() == 0 else (
                 input.shape[-1] if isinstance(input, Tensor) else type(input).__name__)
@@ -84,7 +90,6 @@ class Linear(nn.Module):
                 f"Linear: input: expects last dim = in_features = {self.in_features}, got {got}{shape} → {hint}",
                 where="Linear.input", expected=self.in_features, got=got, hint=hint)
         check_matches("Linear", input, self.weight)
-        return F.linear(input, self.weight, self.bias)  # (*, H_out)
 
     @classmethod
     def from_torch(cls, module: nn.Linear) -> "Linear":

@@ -11,9 +11,10 @@ pixels a window covers, and what an average divides by. Here each rule is a few 
    avg is ``windows.sum(-1) / divisor`` with the divisor from :func:`avg_pool_counts`.
 
 ``torch.compile(fullgraph=True)`` captures these layers whole (it guards on the input size and
-recompiles for a new one). ``torch.jit.trace`` works, but holds for the traced input size only:
-pads, window counts and divisors are Python ints baked into the trace, so another size can raise
-or, for AvgPool in ceil mode, silently divide by the traced size's counts. Trace once per size.
+recompiles for a new one). A ``torch.jit.trace`` made at one size holds at others: under tracing
+the sizes are traced values, and everything computed from them (output sizes, the ceil-mode drop,
+pads, divisors) is arithmetic or tensor ops on them, never a Python ``if`` or ``torch.tensor`` of
+them, so nothing is frozen at the traced size. ``torch.jit.script`` does not compile them.
 
 Legend for the shape comments:
     N batch · C channels · S spatial sizes (L | H, W) · S_out output sizes · K elements per window
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layerlab.layers._checks import (
-    IntOrTuple, check_floating, check_rank, check_type, layer_error, ntuple,
+    IntOrTuple, check_floating, check_rank, check_type, checking, layer_error, ntuple,
 )
 
 __all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "pool_output_size", "avg_pool_counts"]
@@ -47,8 +48,13 @@ def pool_output_size(size: int, kernel_size: int, stride: int, padding: int = 0,
     """
     span = dilation * (kernel_size - 1) + 1
     out = (size + 2 * padding - span + (stride - 1 if ceil_mode else 0)) // stride + 1
-    if ceil_mode and (out - 1) * stride >= size + padding:
-        out -= 1
+    if ceil_mode:
+        # Drop the last window when a = (out − 1)·s − (L + p) ≥ 0, written without an ``if``: under
+        # torch.jit.trace ``size`` is a traced 0-dim tensor and a Python branch would freeze the
+        # traced size's answer. From the ceil above, p − E ≤ a ≤ p − E + s − 1, so with
+        # M = E + s + p, a + M lies in [0, 2M): (a + M) // M is 1 exactly when a ≥ 0.
+        bound = span + stride + padding
+        out = out - ((out - 1) * stride - size - padding + bound) // bound
     return out
 
 
@@ -91,11 +97,18 @@ class _PoolNd(nn.Module):
 
     def _output_size(self, x: Tensor) -> Tuple[int, ...]:
         name, nd = type(self).__name__, self._nd
-        check_rank(name, x, nd)
-        check_floating(name, x)
+        if checking():
+            check_rank(name, x, nd)
+            check_floating(name, x)
         sizes = tuple(x.shape[-nd:])
         outs = tuple(pool_output_size(*a, self.ceil_mode) for a in
                      zip(sizes, self.kernel_size, self.stride, self.padding, self.dilation))
+        if checking():
+            self._check_windows(sizes, outs)
+        return outs
+
+    def _check_windows(self, sizes: Tuple[int, ...], outs: Tuple[int, ...]) -> None:
+        name, nd = type(self).__name__, self._nd
         if any(o < 1 for o in outs):
             raise layer_error(name, "input", expected="at least one window along every spatial dim",
                               got=f"input size {sizes} → output size {outs}",
@@ -112,7 +125,6 @@ class _PoolNd(nn.Module):
                         name, "input", expected="every window to read at least one input pixel",
                         got=f"window {j} along {dim} reads only padding (taps {taps}, input size {size})",
                         hint="use a larger input, less padding or a smaller dilation")
-        return outs
 
     def _windows(self, x: Tensor, outs: Sequence[int], pad_value: float) -> Tensor:
         """Every window, flattened into the last dim: ``(N, C, *S_out, K)``."""
@@ -213,11 +225,21 @@ class _AvgPoolNd(_PoolNd):
             return total / self.divisor_override
         divisor = torch.ones((), dtype=total.dtype, device=total.device)
         for i, (size, out) in enumerate(zip(input.shape[-self._nd:], outs)):
-            counts = avg_pool_counts(size, self.kernel_size[i], self.stride[i], self.padding[i], out,
-                                     self.count_include_pad)
+            counts = self._counts(size, out, i, total)
             shape = (-1, *([1] * (self._nd - 1 - i)))  # broadcast along output dim i
-            divisor = divisor * torch.tensor(counts, dtype=total.dtype, device=total.device).reshape(shape)
+            divisor = divisor * counts.reshape(shape)
         return total / divisor  # (N, C, *S_out)
+
+    def _counts(self, size: int, out: int, i: int, like: Tensor) -> Tensor:
+        """:func:`avg_pool_counts` along dim ``i`` as tensor ops (``(S_out_i,)``), so that under
+        ``torch.jit.trace`` (where ``size`` and ``out`` are traced sizes) the divisors follow the
+        input's size instead of being frozen at the traced one."""
+        k, s, p = self.kernel_size[i], self.stride[i], self.padding[i]
+        start = torch.arange(out, device=like.device) * s - p  # window j covers [j·s − p, j·s − p + k)
+        end = (start + k).clamp(max=size + p)  # clipped to the padded axis [−p, L + p)
+        if not self.count_include_pad:  # only real pixels [0, L) count
+            start, end = start.clamp(min=0), end.clamp(max=size)
+        return (end - start).to(like.dtype)
 
 
 _MAX_DOC = """Applies a {nd}-D max pooling over ``(N, C, {s})``, equal to :class:`torch.nn.MaxPool{nd}d`.

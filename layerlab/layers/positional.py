@@ -227,7 +227,7 @@ class LearnedPositionalEmbedding(_PositionalBase):
     def forward(self, input: Tensor, offset: int = 0) -> Tensor:
         T = self._check(input, offset)
         check_float_dtype(type(self).__name__, "input", input, self.weight.dtype)
-        if offset + T > self.max_len:
+        if not torch.jit.is_tracing() and offset + T > self.max_len:  # a trace records no raise
             raise input_error(type(self).__name__, "positions", f"offset + T ≤ max_len = {self.max_len}",
                               f"offset + T = {offset} + {T} = {offset + T}",
                               f"build it with max_len ≥ {offset + T} (a learned table cannot extend), "

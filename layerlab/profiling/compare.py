@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.profiling.report import Comparison, Metric
 
 
@@ -41,7 +42,7 @@ def _batch(stepper) -> int:
     return B or 1
 
 
-def compare_compiled(stepper, *, repeats: int, warmup: int, backend: str = "inductor") -> Comparison:
+def compare_compiled(stepper, *, repeats: int, warmup: int, backend: str = DEFAULT_COMPILE_BACKEND) -> Comparison:
     """Eager vs ``torch.compile(copy, backend=backend)``: compile time, then step medians."""
     import torch._dynamo
 
@@ -83,7 +84,7 @@ def _timings(a: Dict[str, float], b: Dict[str, float], B: int) -> List[Metric]:
 
 def compare_reference(stepper, reference: Any, *, repeats: int, warmup: int) -> Comparison:
     """The layer vs ``reference`` carrying its weights: time, throughput and memory, with ratios."""
-    from layerlab.checks.case import class_path
+    from layerlab.target.bind import class_path
     from layerlab.checks.reference import align
     from layerlab.profiling.run import Stepper, _count
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.errors import CheckFailed, UsageError
 from layerlab.profiling.hooks import CudaClock, StepProbe, WallClock
 from layerlab.profiling.report import ProfileReport, ProfileRow, StepTiming
@@ -41,7 +42,7 @@ __all__ = ["profile", "profile_args", "Stepper"]
 
 
 def profile(module: Any, *inputs: Any, repeats: int = 10, warmup: int = 3, compile: bool = False,
-            compile_backend: str = "inductor", reference: Any = None, threads: Optional[int] = None,
+            compile_backend: str = DEFAULT_COMPILE_BACKEND, reference: Any = None, threads: Optional[int] = None,
             seed: int = 0, target: Optional[str] = None, forward_kwargs: Optional[Dict[str, Any]] = None,
             **kwargs: Any) -> ProfileReport:
     """Profile ``module(*inputs, **kwargs)`` forward + backward; return a :class:`ProfileReport`.
@@ -53,7 +54,8 @@ def profile(module: Any, *inputs: Any, repeats: int = 10, warmup: int = 3, compi
         warmup (int, optional): untimed steps first. Default: ``3``.
         compile (bool, optional): also time ``torch.compile(module, backend=compile_backend)``
             against eager. Default: ``False``.
-        compile_backend (str, optional): Default: ``"inductor"``.
+        compile_backend (str, optional): Default: ``"aot_eager"``, which times graph capture, not
+            inductor's code: pass ``"inductor"`` to measure its speed-up (:mod:`layerlab.backends`).
         reference (nn.Module, optional): a counterpart (``torch.nn.TransformerEncoderLayer``) to time
             side by side: throughput and memory with the ratio. Default: ``None``.
         threads (int, optional): torch intra-op threads while measuring (restored after).
@@ -64,23 +66,24 @@ def profile(module: Any, *inputs: Any, repeats: int = 10, warmup: int = 3, compi
         **kwargs: keyword forward arguments.
     """
     from layerlab.arguments import check_module
-    from layerlab.checks.case import Arg, positional_names
+    from layerlab.target import from_module
 
     check_module(module, "layerlab.profile")
-    names = positional_names(module, len(inputs))
-    args = [Arg(n, v, False) for n, v in zip(names, inputs)]
-    args += [Arg(n, v, True) for n, v in {**kwargs, **(forward_kwargs or {})}.items()]
-    return profile_args(module, args, repeats=repeats, warmup=warmup, compile=compile,
+    t = from_module(module, *inputs, seed=seed, name=target, forward_kwargs=forward_kwargs, **kwargs)
+    return profile_args(t.module, t.args, repeats=repeats, warmup=warmup, compile=compile,
                         compile_backend=compile_backend, reference=reference, threads=threads, seed=seed,
-                        target=target or type(module).__name__)
+                        target=t.name)
 
 
 def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup: int = 3, compile: bool = False,
-                 compile_backend: str = "inductor", reference: Any = None, threads: Optional[int] = None,
-                 seed: int = 0, target: str = "") -> ProfileReport:
-    """:func:`profile` on ready-made :class:`~layerlab.checks.case.Arg` inputs."""
-    from layerlab.checks.case import class_path
-    from layerlab.checks.run import _describe
+                 compile_backend: str = DEFAULT_COMPILE_BACKEND, reference: Any = None,
+                 threads: Optional[int] = None, seed: int = 0, target: str = "",
+                 progress: Optional[Callable[[str, int, int], None]] = None) -> ProfileReport:
+    """:func:`profile` on ready-made :class:`~layerlab.target.bind.Arg` inputs.
+
+    ``progress(what, i, n)`` is called before each phase (timed steps, torch.compile, the
+    reference): ``--vs-reference`` on a big layer runs for minutes."""
+    from layerlab.target.bind import class_path, describe as _describe
 
     from layerlab.arguments import check_module, check_not_meta, check_seed, check_threads
 
@@ -93,7 +96,10 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
     check_not_meta(module, [a.value for a in args])  # meta kernels take no time and move no bytes
     args, detached = _leaf_inputs(args)
     t_start = time.perf_counter()
+    phases = 1 + bool(compile) + (reference is not None)
+    tell = progress or (lambda what, i, n: None)
     with _threads(threads):
+        tell(f"{warmup} warm-up + {repeats} timed steps", 0, phases)
         stepper = Stepper(module, args, seed=seed)
         try:
             rows, step, backward, not_counted = _measure(stepper, repeats, warmup)
@@ -117,10 +123,12 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
         if compile:
             from layerlab.profiling.compare import compare_compiled
 
+            tell(f"torch.compile (backend {compile_backend}) and its timed steps", 1, phases)
             report.compile = compare_compiled(stepper, repeats=repeats, warmup=warmup, backend=compile_backend)
         if reference is not None:
             from layerlab.profiling.compare import compare_reference
 
+            tell("the reference's timed steps", phases - 1, phases)
             report.reference = compare_reference(stepper, reference, repeats=repeats, warmup=warmup)
     report.seconds = time.perf_counter() - t_start
     return report
@@ -131,7 +139,7 @@ def _leaf_inputs(args: Sequence[Any]):
     requires grad) replaced by detached leaves that require grad, and their names. Every step runs
     backward, and the graph behind such an input is freed by the first one ("backward through the
     graph a second time"); it is not part of the model's step anyway."""
-    from layerlab.checks.case import Arg, flatten, map_tensors
+    from layerlab.target.bind import Arg, flatten, map_tensors
 
     names = [a.name for a in args if any(t.requires_grad and not t.is_leaf for _, t in flatten(a.value))]
     if not names:
@@ -178,7 +186,7 @@ def _mode(module: torch.nn.Module) -> str:
 
 
 def _device(module: torch.nn.Module, args: Sequence[Any]) -> torch.device:
-    from layerlab.checks.case import flatten
+    from layerlab.target.bind import flatten
 
     for p in module.parameters():
         return p.device
@@ -192,7 +200,7 @@ class Stepper:
     """One model's step, runnable plain or with a probe, timed on the right clock."""
 
     def __init__(self, module: torch.nn.Module, args: Sequence[Any], *, seed: int = 0) -> None:
-        from layerlab.checks.case import flatten
+        from layerlab.target.bind import flatten
 
         self.module = module
         self.args = list(args)
@@ -252,7 +260,7 @@ class Stepper:
 
 
 def _grad_outputs(out: Any) -> List[torch.Tensor]:
-    from layerlab.checks.case import flatten
+    from layerlab.target.bind import flatten
 
     return [t for _, t in flatten(out) if t.requires_grad and t.is_floating_point()]
 

@@ -10,7 +10,21 @@ names and constructor arguments (did-you-mean), value types, inputs against ``fo
 limits of :mod:`layerlab.spec.limits` (file size, aliases, nesting, ``repeat:``, sizes, memory).
 Errors are :class:`~layerlab.errors.SpecError` (exit 2) naming ``file:line:col``; whatever they
 echo from the spec is made terminal-safe. Reading a spec never
-runs code: layers given as import paths need ``allow_import=True`` (``--allow-import``).
+runs code: layers given as import paths need ``allow_import=True`` (``--allow-import``), except
+paths into torch and layerlab themselves; third-party packages (``transformers``) need it too.
+
+What a spec can say beyond ``layer:`` + ``args:`` (details in the modules named):
+
+* ``build: ./models.py:make_model`` (same as ``layer:``): a factory — any callable returning an
+  ``nn.Module``, e.g. ``torchvision.models:resnet18`` or ``transformers:AutoModel.from_config``
+  (:mod:`~layerlab.spec.resolve`);
+* an argument ``{class: transformers:GPT2Config, args: {n_layer: 2}}`` is built first, recursively
+  (:mod:`~layerlab.spec.objects`);
+* inputs ``{value: [[1, 0]]}``, ``{file: ids.npy}``, ``{padding_mask: {lengths: [7, 5], convention:
+  keep | ignore}}``, ``{tuple: [{shape: …}, {shape: …}]}`` / ``list`` / ``dict``
+  (:mod:`~layerlab.spec.input_values`);
+* ``build(spec, meta=True)`` / ``Overrides(meta=True)``: the model on torch's meta device
+  (:mod:`~layerlab.spec.build`). The model is cast only to a dtype the spec (or ``--dtype``) names.
 """
 
 from __future__ import annotations

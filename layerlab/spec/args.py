@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from layerlab.errors import SpecError
 from layerlab.spec.load import Marks
-from layerlab.spec.schema import LayerNode, did_you_mean
+from layerlab.spec.schema import LayerNode, ObjectArg, did_you_mean
 
 _POSITIONAL = (pyinspect.Parameter.POSITIONAL_ONLY, pyinspect.Parameter.POSITIONAL_OR_KEYWORD)
 _NAMED = (pyinspect.Parameter.POSITIONAL_OR_KEYWORD, pyinspect.Parameter.KEYWORD_ONLY)
@@ -38,7 +38,20 @@ def _rnn_params(cls: type, params: List[pyinspect.Parameter]):
 
 
 def init_signature(cls: type) -> Tuple[List[pyinspect.Parameter], Dict[str, Any]]:
-    """The parameters of ``cls.__init__`` (without ``self``) and their resolvable annotations."""
+    """The parameters of ``cls.__init__`` (without ``self``) and their resolvable annotations.
+
+    ``cls`` may also be a factory (a function, a bound classmethod): its own parameters.
+    """
+    if not isinstance(cls, type):
+        try:
+            params = list(pyinspect.signature(cls).parameters.values())
+        except (TypeError, ValueError):
+            return [], {}
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:
+            hints = {}
+        return params, hints
     try:
         sig = pyinspect.signature(cls.__init__)
     except (TypeError, ValueError):
@@ -64,6 +77,8 @@ def _union_args(ann: Any) -> Optional[tuple]:
 
 def matches(value: Any, ann: Any) -> Optional[bool]:
     """Does ``value`` fit the annotation? ``None`` when the annotation is not a plain one."""
+    if isinstance(value, ObjectArg):
+        return None  # built later: its constructor's result is for the callee to judge
     if ann is typing.Any or ann is pyinspect.Parameter.empty:
         return None
     members = _union_args(ann)
@@ -162,7 +177,7 @@ def check_args(node: LayerNode, cls: type, marks: Marks, display: str) -> None:
         )
     for i, (key, value) in enumerate(given.items()):
         ann = hints.get(key)
-        if ann is None or matches(value, ann) is not False:
+        if ann is None or isinstance(value, ObjectArg) or matches(value, ann) is not False:
             continue
         where = marks(*node.path, key) if key in node.kwargs else marks(*node.path, i)
         raise SpecError(

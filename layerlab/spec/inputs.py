@@ -10,7 +10,11 @@ An entry is one of (see the README's "The YAML spec"):
   (as ``nn.Transformer.generate_square_subsequent_mask``), or ``True`` there with ``dtype: bool``;
 * ``{key_padding: [10, 7]}`` (lengths; or ``{lengths: [...], size: S}``): ``(N, S)`` bool mask,
   ``True`` at padding positions (torch's ``key_padding_mask`` meaning: ignore this key);
-* a plain scalar (``need_weights: false``) or ``{value: …}``: passed as it is.
+* a plain scalar (``need_weights: false``) or ``{value: …}`` with a scalar: passed as it is;
+* ``{value: [[1, 0]]}`` (a literal tensor), ``{file: x.npy}`` (``.npy``/``.pt``, loaded without
+  pickle), ``{padding_mask: {lengths: [7, 5], convention: keep | ignore}}`` and the containers
+  ``{tuple: […]}``, ``{list: […]}``, ``{dict: {…}}`` (an LSTM's ``hx: {tuple: [h0, c0]}``): see
+  :mod:`layerlab.spec.input_values`.
 
 Binding: an input whose name is a parameter of ``forward`` is passed by that name; the others, in
 the order written, fill the parameters no input named, in ``forward``'s order.
@@ -23,6 +27,10 @@ import difflib
 from typing import Any, Dict, List, Optional, Tuple
 
 from layerlab.errors import SpecError
+from layerlab.spec.input_values import (
+    CONTAINERS, infer_dtype, load_file, make_literal, make_padding, pack, parse_file, parse_padding, tensor_shape,
+)
+from layerlab.spec.binding import bind, forward_params  # noqa: F401  (re-exported: where they always were)
 from layerlab.spec.limits import MAX_INT, first_line, has_control
 from layerlab.spec.load import Marks
 from layerlab.spec.schema import (
@@ -31,8 +39,8 @@ from layerlab.spec.schema import (
 )
 
 
-def parse_inputs(data: Any, marks: Marks, path: tuple) -> List[InputSpec]:
-    """Check an ``inputs:`` mapping (``path`` is where it sits in the file)."""
+def parse_inputs(data: Any, marks: Marks, path: tuple, *, base_dir: Optional[str] = None) -> List[InputSpec]:
+    """Check an ``inputs:`` mapping (``path`` is where it sits in the file; files are relative to ``base_dir``)."""
     if not isinstance(data, dict) or not data:
         raise type_error("inputs", data, "a mapping of input name → {shape: […], …}", marks(*path),
                          hint="inputs: {x: {shape: [2, 3, 32, 32]}}")
@@ -40,7 +48,7 @@ def parse_inputs(data: Any, marks: Marks, path: tuple) -> List[InputSpec]:
         if not isinstance(name, str) or not name.strip() or has_control(name):
             raise SpecError(f"input names are plain names like x or attn_mask, got {name!r}",
                             where=marks(*path, name), hint="name the input after forward's parameter")
-    specs = [parse_input(str(name), value, marks, path + (name,)) for name, value in data.items()]
+    specs = [parse_input(str(name), value, marks, path + (name,), base_dir=base_dir) for name, value in data.items()]
     names = [s.name for s in specs]
     for spec in specs:
         if spec.same_as is not None and spec.same_as not in names:
@@ -61,7 +69,8 @@ def parse_inputs(data: Any, marks: Marks, path: tuple) -> List[InputSpec]:
     return specs
 
 
-def parse_input(name: str, value: Any, marks: Marks, path: tuple) -> InputSpec:
+def parse_input(name: str, value: Any, marks: Marks, path: tuple, *, base_dir: Optional[str] = None,
+                nested: bool = False) -> InputSpec:
     where = marks(*path)
     spec = InputSpec(name=name, where=where)
     if isinstance(value, list):
@@ -72,11 +81,14 @@ def parse_input(name: str, value: Any, marks: Marks, path: tuple) -> InputSpec:
         return spec
     check_keys(value, INPUT_KEYS, marks, path, f"input {name!r}")
     at = lambda key: marks(*path, key)  # noqa: E731
+    container = [k for k in CONTAINERS if k in value]
+    if container:
+        return _parse_container(spec, value, container[0], marks, path, base_dir)
     if "value" in value:
-        if len(value) > 1:
-            raise SpecError(f"input {name!r}: value cannot be combined with other keys", where=where)
-        spec.value, spec.literal = value["value"], True
-        return spec
+        return _parse_value(spec, value, at)
+    if "same_as" in value and nested:
+        raise SpecError(f"input {name!r}: same_as names a top-level input; inside a tuple/list/dict, write the "
+                        "entry itself", where=at("same_as"))
     if "same_as" in value:
         extra = [k for k in value if k != "same_as"]
         if extra:
@@ -84,15 +96,16 @@ def parse_input(name: str, value: Any, marks: Marks, path: tuple) -> InputSpec:
                             where=at(extra[0]))
         spec.same_as = want_str(value["same_as"], f"input {name!r} same_as", at("same_as"))
         return spec
-    if "dtype" in value:
-        spec.dtype = want_dtype(value["dtype"], f"input {name!r} dtype", at("dtype"))
-    if "device" in value:
-        spec.device = want_device(value["device"], f"input {name!r} device", at("device"))
-        spec.device_where = at("device")
-    if "requires_grad" in value:
-        spec.requires_grad = want_bool(value["requires_grad"], f"input {name!r} requires_grad", at("requires_grad"))
-    if "causal" in value or "key_padding" in value:
+    _common_keys(spec, value, name, at)
+    if "causal" in value or "key_padding" in value or "padding_mask" in value:
         _parse_mask(spec, value, at)
+        return spec
+    if "file" in value:
+        other = [k for k in value if k not in ("file", "dtype", "device", "requires_grad")]
+        if other:
+            raise SpecError(f"input {name!r}: a file input takes only dtype, device and requires_grad; remove "
+                            f"{other[0]!r}", where=at(other[0]))
+        parse_file(spec, value["file"], at("file"), base_dir)
         return spec
     if "shape" not in value:
         raise SpecError(
@@ -125,9 +138,24 @@ def parse_input(name: str, value: Any, marks: Marks, path: tuple) -> InputSpec:
     return spec
 
 
+def _common_keys(spec: InputSpec, value: Dict, name: str, at) -> None:
+    """``dtype:``, ``device:`` and ``requires_grad:``, which every kind of tensor input takes."""
+    if "dtype" in value:
+        spec.dtype = want_dtype(value["dtype"], f"input {name!r} dtype", at("dtype"))
+    if "device" in value:
+        spec.device = want_device(value["device"], f"input {name!r} device", at("device"))
+        spec.device_where = at("device")
+    if "requires_grad" in value:
+        spec.requires_grad = want_bool(value["requires_grad"], f"input {name!r} requires_grad", at("requires_grad"))
+
+
 def _parse_mask(spec: InputSpec, value: Dict, at) -> None:
     name = spec.name
-    if "causal" in value:
+    if sum(k in value for k in ("causal", "key_padding", "padding_mask")) > 1:
+        raise SpecError(f"input {name!r}: one mask per input (causal, key_padding or padding_mask)", where=at("causal"))
+    if "padding_mask" in value:
+        parse_padding(spec, value["padding_mask"], at("padding_mask"))
+    elif "causal" in value:
         size = value["causal"]
         shape = want_shape(size, f"input {name!r} causal", at("causal"))
         if len(shape) == 1:
@@ -148,13 +176,62 @@ def _parse_mask(spec: InputSpec, value: Dict, at) -> None:
         if max(lengths or [0]) > size:
             raise SpecError(f"input {name!r}: a length exceeds size {size}", where=at("key_padding"), got=lengths)
         spec.key_padding = {"lengths": lengths, "size": size}
-    other = [k for k in value if k not in ("causal", "key_padding", "dtype", "device")]
+    other = [k for k in value if k not in ("causal", "key_padding", "padding_mask", "dtype", "device")]
     if other:
         raise SpecError(f"input {name!r}: a generated mask takes only dtype and device; remove {other[0]!r}",
                         where=at(other[0]))
-    if spec.dtype is not None and spec.dtype not in ("bool", "float32", "float64", "float16", "bfloat16"):
+    if spec.padding is None and spec.dtype is not None and spec.dtype not in ("bool", "float32", "float64", "float16",
+                                                                              "bfloat16"):
         raise SpecError(f"input {name!r}: a mask is bool or floating", where=at("dtype"), got=spec.dtype)
     spec.requires_grad = False
+
+
+def _parse_container(spec: InputSpec, value: Dict, kind: str, marks: Marks, path: tuple,
+                     base_dir: Optional[str]) -> InputSpec:
+    """``{tuple: [...]}`` / ``{list: [...]}`` / ``{dict: {...}}``: each entry an input of its own."""
+    name = spec.name
+    other = [k for k in value if k != kind]
+    if other:
+        raise SpecError(f"input {name!r}: {kind}: holds the entries; put {other[0]!r} on an entry",
+                        where=marks(*path, other[0]))
+    entries = value[kind]
+    at = path + (kind,)
+    if kind == "dict":
+        if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
+            raise type_error(f"input {name!r} dict", entries, "a mapping of name → input", marks(*at))
+        pairs = list(entries.items())
+    else:
+        if not isinstance(entries, list):
+            raise type_error(f"input {name!r} {kind}", entries, "a list of inputs", marks(*at),
+                             hint=f"{kind}: [{{shape: [2, 4, 64]}}, {{shape: [2, 4, 64]}}]")
+        pairs = list(enumerate(entries))
+    spec.container = kind
+    spec.items = [parse_input(f"{name}.{k}" if kind == "dict" else f"{name}[{k}]", v, marks, at + (k,),
+                              base_dir=base_dir, nested=True) for k, v in pairs]
+    spec.value = [str(k) for k, _ in pairs]  # the keys of a dict (positions otherwise)
+    return spec
+
+
+def _parse_value(spec: InputSpec, value: Dict, at) -> InputSpec:
+    """``{value: …}``: a scalar alone as it is; nested lists (or a scalar with ``dtype:``) a tensor."""
+    name = spec.name
+    other = [k for k in value if k not in ("value", "dtype", "device", "requires_grad")]
+    if other:
+        raise SpecError(f"input {name!r}: value takes only dtype, device and requires_grad; remove {other[0]!r}",
+                        where=at(other[0]))
+    spec.value = value["value"]
+    if not isinstance(spec.value, list) and len(value) == 1:
+        spec.literal = True  # a Python value: need_weights: {value: false}
+        return spec
+    tensor_shape(spec.value, f"input {name!r} value", at("value"))
+    spec.tensor = True
+    _common_keys(spec, value, name, at)
+    if "requires_grad" in value:
+        dtype = spec.dtype or infer_dtype(spec.value)
+        if spec.requires_grad and dtype is not None and not dtype.startswith(("float", "bfloat")):
+            raise SpecError(f"input {name!r}: only floating tensors can require grad", where=at("requires_grad"),
+                            got=dtype)
+    return spec
 
 
 def make_inputs(specs: List[InputSpec], *, seed: int, dtype: str, device: str,
@@ -169,11 +246,9 @@ def make_inputs(specs: List[InputSpec], *, seed: int, dtype: str, device: str,
     gen = torch.Generator().manual_seed(seed)
     values: Dict[str, Any] = {}
     for spec in specs:
-        if spec.literal:
-            values[spec.name] = spec.value
-        elif spec.same_as is None:
+        if spec.same_as is None:
             try:
-                values[spec.name] = _make_tensor(spec, gen, dtype, device)
+                values[spec.name] = _make_value(spec, gen, dtype, device)
             except (RuntimeError, AssertionError, ValueError) as exc:
                 at = spec.device_where if spec.device is not None else device_where
                 raise SpecError(
@@ -187,6 +262,22 @@ def make_inputs(specs: List[InputSpec], *, seed: int, dtype: str, device: str,
             target = by_name[target.same_as]
         values[spec.name] = values[target.name]
     return {s.name: values[s.name] for s in specs}
+
+
+def _make_value(spec: InputSpec, gen, default_dtype: str, default_device: str) -> Any:
+    """One input's value: literal, container (entries in order from the same generator) or tensor."""
+    if spec.literal:
+        return spec.value
+    if spec.items is not None:
+        return pack(spec.container, spec.value, [_make_value(s, gen, default_dtype, default_device) for s in spec.items])
+    device = spec.device or default_device
+    if spec.tensor:
+        return make_literal(spec, default_dtype, device)
+    if spec.file is not None:
+        return load_file(spec, default_dtype, device)
+    if spec.padding is not None:
+        return make_padding(spec, device)
+    return _make_tensor(spec, gen, default_dtype, default_device)
 
 
 def _make_tensor(spec: InputSpec, gen, default_dtype: str, default_device: str):
@@ -229,97 +320,3 @@ def _make_tensor(spec: InputSpec, gen, default_dtype: str, default_device: str):
     if wants_grad and dt.is_floating_point:
         t.requires_grad_(True)
     return t
-
-
-def forward_params(cls: type) -> Tuple[List[pyinspect.Parameter], bool]:
-    """``forward``'s parameters (without ``self``) and whether it takes ``*args``."""
-    try:
-        params = list(pyinspect.signature(cls.forward).parameters.values())[1:]
-    except (TypeError, ValueError):
-        return [], True
-    return params, any(p.kind is pyinspect.Parameter.VAR_POSITIONAL for p in params)
-
-
-def bind(cls: type, names: List[str], where: str, display: str,
-         where_of: Optional[Dict[str, str]] = None) -> Tuple[List[str], Dict[str, str]]:
-    """Match input names to ``cls.forward``'s parameters.
-
-    A name that is a parameter is passed by that name; the other inputs, in the order written,
-    take the parameters no input named, in ``forward``'s order (then ``*args``). Returns the
-    positional input names and ``{parameter: input name}`` for the keyword ones. Raises
-    :class:`SpecError` for an input ``forward`` cannot take, a required parameter left empty, and
-    an input whose name is a near-miss of another parameter than the one its position gives it
-    (``atn_mask`` would silently become ``key_padding_mask``). ``where_of`` places that error at
-    the input's own line.
-    """
-    params, var_pos = forward_params(cls)
-    P = pyinspect.Parameter
-    signature = _signature_text(params)
-    named = {p.name for p in params if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
-    keyword = {n: n for n in names if n in named}
-    positional: List[str] = []
-    unnamed = [n for n in names if n not in named]
-    # Unnamed inputs fill forward's free parameters in order. They go by position while no
-    # named input sits before them (so a reference whose forward names its parameters
-    # differently takes them too); after such a gap, by the parameter's name.
-    gap = False
-    by_position = set()
-    bound_to: Dict[str, str] = {}
-    for param in (p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)):
-        if param.name in keyword:
-            gap = True
-            continue
-        if not unnamed:
-            break
-        name = unnamed.pop(0)
-        bound_to[name] = param.name
-        if gap and param.kind is not P.POSITIONAL_ONLY:
-            keyword[param.name] = name
-        else:
-            positional.append(name)
-            by_position.add(param.name)
-    for name in unnamed:
-        if var_pos and not gap:
-            positional.append(name)
-            bound_to[name] = "*" + next(p.name for p in params if p.kind is P.VAR_POSITIONAL)
-        else:
-            raise SpecError(
-                f"{display}.forward{signature} takes no input named {name!r}", where=where,
-                expected=[p.name for p in params], got=names,
-                hint=did_you_mean(name, [p.name for p in params]) or "name inputs after forward's parameters",
-            )
-    for name, param_name in bound_to.items():
-        _check_near_miss(name, param_name, [p.name for p in params], (where_of or {}).get(name, where),
-                         display, signature)
-    filled = set(keyword) | by_position
-    missing = [p.name for p in params if p.default is P.empty and p.name not in filled
-               and p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD)]
-    if missing:
-        raise SpecError(
-            f"missing input {missing[0]!r} for {display}.forward{signature}", where=where,
-            expected=[p.name for p in params if p.default is P.empty], got=names,
-            hint=f"add it under inputs:, e.g. {missing[0]}: {{shape: […]}} (or same_as: another input)",
-        )
-    return positional, keyword
-
-
-def _check_near_miss(name: str, bound: str, params: List[str], where: str, display: str, signature: str) -> None:
-    """An input bound by position whose name looks like a typo of *another* parameter is refused."""
-    if difflib.SequenceMatcher(None, name, bound.lstrip("*")).ratio() >= _NEAR:
-        return
-    close = difflib.get_close_matches(name, [p for p in params if p != bound], n=1, cutoff=_NEAR)
-    if close:
-        raise SpecError(
-            f"input {name!r} is not a parameter of {display}.forward{signature}; by position it would be "
-            f"passed as {bound!r}", where=where, expected=params, got=name,
-            hint=f"did you mean {close[0]!r}? (name the input after the parameter it is for)",
-        )
-
-
-#: how alike an input name and a parameter name must be to count as a typo (atn_mask ~ attn_mask: 0.94)
-_NEAR = 0.75
-
-
-def _signature_text(params: List[pyinspect.Parameter]) -> str:
-    shown = [p.name if p.default is pyinspect.Parameter.empty else f"{p.name}=…" for p in params[:6]]
-    return "(" + ", ".join(shown) + (", …" if len(params) > 6 else "") + ")"

@@ -47,9 +47,15 @@ class Estimate:
 
 
 def input_bytes(spec: InputSpec, default_dtype: str) -> int:
-    """The bytes of the tensor this input becomes (0 for a literal or ``same_as``)."""
-    if spec.literal or spec.same_as is not None:
+    """The bytes of the tensor this input becomes (0 for a literal, a file or ``same_as``: a file's size is
+    checked when it is loaded)."""
+    if spec.items is not None:
+        return sum(input_bytes(s, default_dtype) for s in spec.items)
+    if spec.literal or spec.same_as is not None or spec.tensor or spec.file is not None:
         return 0
+    if spec.padding is not None:
+        name = spec.dtype or ("int64" if spec.padding["convention"] == "keep" else "bool")
+        return len(spec.padding["lengths"]) * spec.padding["size"] * ITEMSIZE[name]
     if spec.causal is not None:
         L, S = spec.causal
         return L * S * ITEMSIZE[spec.dtype or default_dtype]
@@ -178,6 +184,22 @@ def _meta_input(spec: InputSpec, default_dtype: str):
 
     if spec.literal:
         return spec.value
+    if spec.items is not None:
+        from layerlab.spec.input_values import pack
+
+        return pack(spec.container, spec.value, [_meta_input(s, default_dtype) for s in spec.items])
+    if spec.file is not None:
+        raise LookupError("a file's shape is known once it is loaded")  # no estimate (see the caller)
+    if spec.tensor:
+        from layerlab.spec.input_values import infer_dtype, tensor_shape
+
+        shape = tensor_shape(spec.value, spec.name, spec.where)
+        return torch.empty(shape, dtype=getattr(torch, spec.dtype or infer_dtype(spec.value) or default_dtype),
+                           device="meta")
+    if spec.padding is not None:
+        name = spec.dtype or ("int64" if spec.padding["convention"] == "keep" else "bool")
+        shape = (len(spec.padding["lengths"]), spec.padding["size"])
+        return torch.empty(shape, dtype=getattr(torch, name), device="meta")
     if spec.causal is not None:
         return torch.empty(spec.causal, dtype=getattr(torch, spec.dtype or default_dtype), device="meta")
     if spec.key_padding is not None:

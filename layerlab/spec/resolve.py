@@ -4,7 +4,13 @@ A name is looked up in this order:
 
 1. ``nn.X`` / ``torch.nn.X``: that torch.nn class;
 2. an import path (``my_layers:Gate``, ``pkg.mod.Gate``, ``./file.py:Gate``): the user's own
-   module — imported only with ``allow_import`` (``--allow-import``), since importing runs code;
+   module — imported only with ``allow_import`` (``--allow-import``), since importing runs code.
+   Paths into ``torch`` and ``layerlab`` themselves (``torch.nn.utils.parametrizations:weight_norm``)
+   need no flag: that code is already loaded. Every other package — ``transformers`` and
+   ``torchvision`` included — is code the spec asks to run, so it needs the flag too.
+   The path may name an ``nn.Module`` class or a *factory*: any other callable (a function, a
+   classmethod such as ``transformers:AutoModel.from_config``) whose result must be an
+   ``nn.Module`` (checked when it is built: :func:`layerlab.spec.build.build`);
 3. a torch.nn class name as torch spells it (``Conv2d``, ``GRU``, ``TransformerEncoderLayer``);
 4. a layerlab registry name (``conv2d``, ``multihead_attention``; case, ``-`` and ``_`` ignored):
    layerlab's reference layer;
@@ -34,6 +40,8 @@ class Resolved:
     cls: type
     kind: str
     name: str
+    #: ``cls`` is a factory (a callable that returns the module), not an ``nn.Module`` class
+    factory: bool = False
 
 
 def _torch_modules() -> Dict[str, type]:
@@ -59,19 +67,37 @@ def is_import_path(name: str) -> bool:
     return ":" in stripped or "." in stripped
 
 
+#: import paths into these packages need no ``allow_import``: their code is layerlab's own or torch's
+TRUSTED_PACKAGES = ("torch", "layerlab")
+
+
+def _module_part(text: str) -> str:
+    return text.partition(":")[0] if ":" in text else text.rpartition(".")[0]
+
+
+def is_trusted(text: str) -> bool:
+    """Does the import path ``text`` point into torch or layerlab (no ``--allow-import`` needed)?"""
+    module = _module_part(text.strip())
+    if module.endswith(".py") or not all(part.isidentifier() for part in module.split(".")):
+        return False  # a file (./torch.py) is the user's code, whatever its name
+    return any(module == p or module.startswith(p + ".") for p in TRUSTED_PACKAGES)
+
+
 def resolve_layer(name: str, *, where: str, allow_import: bool = False, base_dir: Optional[str] = None) -> Resolved:
-    """The class named ``name`` (see the module docstring for the order); :class:`SpecError` if none."""
+    """The class (or factory) named ``name`` (see the module docstring for the order); :class:`SpecError` if none."""
     from layerlab import registry
 
     text = str(name).strip()
     torch_table = _torch_modules()
+    if ":" in text and is_trusted(text):  # torch.nn.utils.parametrizations:weight_norm
+        return _import(text, where=where, allow_import=True, base_dir=base_dir)
     if text.startswith(("torch.nn.", "nn.")):
         attr = text.split(".")[-1]
         if attr in torch_table:
             return Resolved(torch_table[attr], "torch", f"nn.{attr}")
         _unknown(text, where, torch_table, registry.names())
     if is_import_path(text):
-        return _import(text, where=where, allow_import=allow_import, base_dir=base_dir)
+        return _import(text, where=where, allow_import=allow_import or is_trusted(text), base_dir=base_dir)
     if text in torch_table:
         return Resolved(torch_table[text], "torch", f"nn.{text}")
     entry = registry.find(text)
@@ -101,10 +127,11 @@ def _unknown(text: str, where: str, torch_table: Dict[str, type], registry_names
     )
 
 
-def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str]) -> Resolved:
+def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str],
+            any_callable: bool = False) -> Resolved:
     if not allow_import:
         raise SpecError(
-            f"layer {text!r} is an import path: importing it runs its code, and a spec file never does "
+            f"{'class' if any_callable else 'layer'} {text!r} is an import path: importing it runs its code, and a spec file never does "
             "that by itself",
             where=where,
             hint="pass --allow-import if you trust this code (layerlab.load_spec(..., allow_import=True) in Python)",
@@ -117,8 +144,10 @@ def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str
     except SpecError:
         raise
     except Exception as exc:
+        from layerlab.spec.objects import import_site
+
         raise SpecError(
-            f"importing {module_part!r} failed: {type(exc).__name__}: {exc}", where=where,
+            f"importing {module_part!r} failed at {import_site(exc)}: {type(exc).__name__}: {exc}", where=where,
             hint="the module must be importable from the current directory or the spec's directory",
         ) from exc
     obj = module
@@ -131,11 +160,43 @@ def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str
                 hint=("did you mean " + " or ".join(map(repr, close)) + "?") if close else None,
             )
         obj = getattr(obj, part)
+    if any_callable:
+        if not callable(obj):
+            raise SpecError(f"{text!r} is not a class or a callable: it is {_kind(obj)}", where=where,
+                            got=type(obj).__name__, hint="class: names what to call with args:")
+        return Resolved(obj, "import", text, factory=not isinstance(obj, type))
     import torch.nn as nn
 
-    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
-        raise SpecError(f"{text!r} is not an nn.Module class", where=where, got=type(obj).__name__)
-    return Resolved(obj, "import", text)
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        return Resolved(obj, "import", text)
+    if isinstance(obj, type) or not callable(obj):
+        raise SpecError(
+            f"{text!r} is not an nn.Module class nor a factory: it is {_kind(obj)}", where=where,
+            expected="an nn.Module class, or a callable (function, classmethod) that returns an nn.Module",
+            got=type(obj).__name__,
+            hint="name the model's class (transformers:GPT2Model) or the function that makes it "
+                 "(torchvision.models:resnet18, ./models.py:make_model)",
+        )
+    return Resolved(obj, "import", text, factory=True)
+
+
+def resolve_callable(name: str, *, where: str, allow_import: bool = False, base_dir: Optional[str] = None) -> Resolved:
+    """What a ``{class: …}`` argument names: any class or callable by import path, else a layer name.
+
+    Unlike :func:`resolve_layer`, an import path may name any class (``transformers:GPT2Config``);
+    the same ``allow_import`` rule applies.
+    """
+    text = str(name).strip()
+    if (is_import_path(text) and not text.startswith(("nn.", "torch."))) or (":" in text and is_trusted(text)):
+        return _import(text, where=where, allow_import=allow_import or is_trusted(text), base_dir=base_dir,
+                       any_callable=True)
+    return resolve_layer(text, where=where, allow_import=allow_import, base_dir=base_dir)
+
+
+def _kind(obj) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}, not an nn.Module subclass"
+    return f"a {type(obj).__name__} value"
 
 
 def _import_module(module_part: str, base_dir: Optional[str]):

@@ -14,11 +14,12 @@ from layerlab.errors import SpecError
 from layerlab.spec.limits import MAX_INT
 from layerlab.spec.load import Marks
 
-TOP_KEYS = ("layer", "args", "block", "input", "inputs", "seed", "dtype", "device", "mode", "backward",
+TOP_KEYS = ("layer", "build", "args", "block", "input", "inputs", "seed", "dtype", "device", "mode", "backward",
             "name", "description")
-ITEM_KEYS = ("layer", "args", "block", "name", "repeat")
+ITEM_KEYS = ("layer", "build", "args", "block", "name", "repeat")
 INPUT_KEYS = ("shape", "dtype", "device", "requires_grad", "init", "low", "high", "same_as", "causal",
-              "key_padding", "value")
+              "key_padding", "padding_mask", "value", "file", "tuple", "list", "dict")
+OBJECT_KEYS = ("class", "args")
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
@@ -40,6 +41,17 @@ class LayerNode:
     repeat: int = 1
     resolved: Any = None
     args_given: bool = True
+
+
+@dataclass
+class ObjectArg:
+    """A constructor argument written ``{class: NAME, args: {…}}``: built (recursively) before the call."""
+
+    name: str
+    resolved: Any
+    args: List[Any]
+    kwargs: Dict[str, Any]
+    where: str
 
 
 @dataclass
@@ -72,6 +84,15 @@ class InputSpec:
     value: Any = None
     literal: bool = False
     device_where: Optional[str] = None
+    #: ``{padding_mask: …}``: ``{"lengths", "size", "convention"}`` (``keep``: 1 = token; ``ignore``: True = pad)
+    padding: Optional[Dict[str, Any]] = None
+    #: ``{value: [[1, 0]]}``: ``value`` (nested lists of numbers) becomes a tensor
+    tensor: bool = False
+    #: ``{file: ids.npy}``: the file's absolute path (``.pt``/``.pth`` or ``.npy``)
+    file: Optional[str] = None
+    #: ``{tuple: […]}``, ``{list: […]}`` or ``{dict: {…}}``: the container and its entries (each an input)
+    container: Optional[str] = None
+    items: Optional[List["InputSpec"]] = None
 
 
 @dataclass
@@ -91,6 +112,10 @@ class Spec:
     extra: Dict[str, Any] = field(default_factory=dict)
     #: where the device was chosen (``file:line:col`` of ``device:``, or ``--device``)
     device_where: Optional[str] = None
+    #: the spec (``dtype:``) or ``--dtype`` asked for a dtype: only then is the model cast to it
+    dtype_given: bool = False
+    #: build on torch's meta device (shapes only, no storage): see :func:`layerlab.spec.build`
+    meta: bool = False
 
 
 def did_you_mean(name: Any, options: Sequence[str]) -> Optional[str]:

@@ -33,6 +33,8 @@ class Overrides:
     mode: Optional[str] = None
     backward: Optional[bool] = None
     input_shapes: List[Tuple[Optional[str], List[int]]] = field(default_factory=list)
+    #: build the model on torch's meta device (``inspect --meta`` of a model bigger than the machine)
+    meta: bool = False
 
 
 def validate(
@@ -48,6 +50,7 @@ def validate(
         raise type_error("a spec", data, "a mapping with layer: or block:", marks(),
                          hint="start the file with `layer: Conv2d` or `block:`")
     check_keys(data, TOP_KEYS, marks, (), "the spec")
+    data = _build_as_layer(data, marks, ())
     if "layer" in data and "block" in data:
         raise SpecError("a spec has layer: or block:, not both", where=marks("block"),
                         hint="put the layer into the block as one of its items")
@@ -65,13 +68,14 @@ def validate(
         raise SpecError("use input: (one) or inputs: (several), not both", where=marks("inputs"))
     spec = Spec(root=root, inputs=[], source=marks.filename)
     if "input" in data:
-        spec.inputs = [parse_input("input", data["input"], marks, ("input",))]
+        spec.inputs = [parse_input("input", data["input"], marks, ("input",), base_dir=base_dir)]
     elif "inputs" in data:
-        spec.inputs = parse_inputs(data["inputs"], marks, ("inputs",))
+        spec.inputs = parse_inputs(data["inputs"], marks, ("inputs",), base_dir=base_dir)
     if "seed" in data:
         spec.seed = want_seed(data["seed"], "seed", marks("seed"))
     if "dtype" in data:
         spec.dtype = want_dtype(data["dtype"], "dtype", marks("dtype"))
+        spec.dtype_given = True
         if spec.dtype not in FLOAT_DTYPES:
             raise SpecError("the spec's dtype is the floating dtype of the model", where=marks("dtype"),
                             expected=FLOAT_DTYPES, got=spec.dtype, hint="give integer inputs their own dtype")
@@ -93,6 +97,15 @@ def validate(
         apply_overrides(spec, overrides)
     check_inputs(spec, marks)
     return spec
+
+
+def _build_as_layer(data: dict, marks: Marks, path: tuple) -> dict:
+    """``build: NAME`` is ``layer: NAME`` (a word that reads better for a factory)."""
+    if "build" not in data:
+        return data
+    if "layer" in data:
+        raise SpecError("build: and layer: say the same thing; keep one", where=marks(*path, "build"))
+    return {("layer" if k == "build" else k): v for k, v in data.items()}
 
 
 def _layer(name: Any, args: Any, marks: Marks, name_path: tuple, args_path: tuple) -> LayerNode:
@@ -126,10 +139,12 @@ def _item(item: Any, marks: Marks, path: tuple) -> Union[LayerNode, BlockNode]:
     if not isinstance(item, dict) or not item:
         raise type_error("a block item", item, "`- Name: {args}`, `- Name` or `- {layer: Name, args: {…}}`",
                          marks(*path))
-    if len(item) == 1 and next(iter(item)) not in ("layer", "block"):
+    if len(item) == 1 and next(iter(item)) not in ("layer", "block", "build"):
         name, args = next(iter(item.items()))
         return _layer(name, args, marks, path + (name,), path + (name,))
     check_keys(item, ITEM_KEYS, marks, path, "a block item")
+    name_key = "build" if "build" in item else "layer"
+    item = _build_as_layer(item, marks, path)
     if ("layer" in item) == ("block" in item):
         raise SpecError("a block item has layer: or block: (one of them)", where=marks(*path),
                         got=sorted(map(str, item)))
@@ -138,7 +153,7 @@ def _item(item: Any, marks: Marks, path: tuple) -> Union[LayerNode, BlockNode]:
             raise SpecError("args: belongs to layer:, not block:", where=marks(*path, "args"))
         node: Union[LayerNode, BlockNode] = _block(item["block"], marks, path + ("block",))
     else:
-        node = _layer(item["layer"], item.get("args"), marks, path + ("layer",), path + ("args",))
+        node = _layer(item["layer"], item.get("args"), marks, path + (name_key,), path + ("args",))
     if "name" in item:
         name = want_str(item["name"], "name", marks(*path, "name"))
         if not name or "." in name or has_control(name):
@@ -183,6 +198,13 @@ def resolve_all(node: Union[LayerNode, BlockNode], marks: Marks, *, allow_import
         from layerlab import registry
 
         node.kwargs = dict(registry.get(node.resolved.name).args)  # a registry layer's defaults
+    else:
+        from layerlab.spec.objects import parse_objects
+
+        node.args = [parse_objects(a, marks, node.path + (i,), allow_import=allow_import, base_dir=base_dir)
+                     for i, a in enumerate(node.args)]
+        node.kwargs = {k: parse_objects(a, marks, node.path + (k,), allow_import=allow_import, base_dir=base_dir)
+                       for k, a in node.kwargs.items()}
     check_args(node, node.resolved.cls, marks, node.resolved.name)
 
 
@@ -203,6 +225,9 @@ def apply_overrides(spec: Spec, ov: Overrides) -> None:
             setattr(spec, attr, value)
     if ov.dtype is not None:
         spec.dtype = ov.dtype
+        spec.dtype_given = True
+    if ov.meta:
+        spec.meta = True
     shaped = [s for s in spec.inputs if s.shape is not None]
     for name, shape in ov.input_shapes:
         try:
@@ -225,10 +250,13 @@ def apply_overrides(spec: Spec, ov: Overrides) -> None:
         target.shape = list(shape)
 
 
-def root_class(spec: Spec) -> type:
+def root_class(spec: Spec) -> Optional[type]:
+    """The class of the module the spec builds; ``None`` for a factory (known once it has run)."""
     import torch.nn as nn
 
     root = spec.root
+    if isinstance(root, LayerNode) and root.repeat == 1 and getattr(root.resolved, "factory", False):
+        return None
     if isinstance(root, LayerNode) and root.repeat == 1:
         return root.resolved.cls
     return nn.Sequential
@@ -247,12 +275,14 @@ def _default_inputs(spec: Spec) -> None:
 
 
 def check_inputs(spec: Spec, marks: Marks) -> None:
-    """Inputs present and fitting the root's ``forward``."""
+    """Inputs present and fitting the root's ``forward`` (a factory's model: when it is built)."""
     cls = root_class(spec)
     if not spec.inputs:
         raise SpecError(
-            f"the spec gives no input for {cls.__name__}", where=marks(),
+            f"the spec gives no input for {cls.__name__ if cls is not None else spec.root.name}", where=marks(),
             hint="add input: {shape: [N, …]} (one input) or inputs: {name: {shape: […]}, …}",
         )
+    if cls is None:
+        return
     where = spec.inputs[0].where if len(spec.inputs) == 1 else marks("inputs")
     bind(cls, [s.name for s in spec.inputs], where, cls.__name__, where_of={s.name: s.where for s in spec.inputs})

@@ -41,10 +41,11 @@ def test_lstm_json_exit_1_because_script_fails(run):
 
 
 def test_warnings_exit_0_unless_strict(run):
-    code, out, err = run("export-check", "conv2d", "--paths", "trace")
+    # adaptive pooling computes its bins in Python: the trace is frozen at one size (a warning)
+    code, out, err = run("export-check", "adaptive_avg_pool2d", "--paths", "trace")
     assert code == 0, out + err
-    assert "! warn" in out and "TracerWarning" in out
-    code, out, err = run("export-check", "conv2d", "--paths", "trace", "--strict")
+    assert "! warn" in out
+    code, out, err = run("export-check", "adaptive_avg_pool2d", "--paths", "trace", "--strict")
     assert code == 1, out + err
     assert "counted as failures: --strict" in out
 
@@ -113,7 +114,9 @@ def test_all_registry_layers(run):
             assert cells[name, path]["status"] == "pass", (name, path, cells[name, path]["reason"])
     for name in ("rnn", "lstm", "gru"):  # a Python loop over time: the trace unrolls T
         assert "at length 7 → 6 it raises" in cells[name, "trace"]["reason"]
-    assert cells["scaled_dot_product_attention", "trace"]["status"] == "warn"  # 1/√d frozen by the trace
+    # 1/√d is computed with tensor ops, so a trace generalises to other head sizes
+    assert cells["scaled_dot_product_attention", "trace"]["status"] == "pass"
+    assert cells["adaptive_avg_pool2d", "trace"]["status"] == "warn"  # bins computed in Python
     assert all(cells[n, "trace"]["status"] != "fail" for n in registry.names())
     assert code == (0 if data["ok"] else 1), err
 

@@ -11,7 +11,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 BROKEN = {"broken_block.yaml", "broken_text_conv.yaml"}
-NEEDS_IMPORT = {"attention_ops.yaml", "user_layernorm.yaml"}  # layers of the user's own code (configs/user_layers.py)
+NEEDS_IMPORT = {"attention_ops.yaml", "user_layernorm.yaml",  # layers of the user's own code (configs/user_layers.py)
+                "factory_mlp.yaml", "hf_gpt2_padded.yaml"}  # a user factory; a transformers model (third party)
+NEEDS_TRANSFORMERS = {"hf_gpt2_padded.yaml"}  # Hugging Face models built from a config mapping ([hf] extra)
 
 
 def test_help(run):
@@ -28,6 +30,8 @@ def test_configs_exist():
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_every_config_runs(run, config):
+    if config.name in NEEDS_TRANSFORMERS:
+        pytest.importorskip("transformers", reason="Hugging Face models need the [hf] extra")
     code, out, err = run("inspect", str(config), *(["--allow-import"] if config.name in NEEDS_IMPORT else []))
     if config.name in BROKEN:
         assert code == 1, out + err
@@ -204,6 +208,9 @@ def _row(lines: list, index: int) -> str:
 @pytest.mark.parametrize("config", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_default_table_shows_inputs_within_100_columns(run, config):
     from rich.cells import cell_len
+
+    if config.name in NEEDS_TRANSFORMERS:
+        pytest.importorskip("transformers", reason="Hugging Face models need the [hf] extra")
 
     extra = ["--allow-import"] if config.name in NEEDS_IMPORT else []
     code, out, err = run("inspect", str(config), *extra)
