@@ -250,7 +250,10 @@ built = time.perf_counter()
 report = layerlab.inspect(model, torch.randint(0, 32000, (1, 2048)), meta=True)
 done = time.perf_counter()
 assert report.ok, report.failure
-print(done - start, done - built, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, report.total_params,
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork+exec, so it would report this
+# benchmark's own peak (the models timed above), not the child's
+hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(done - start, done - built, hwm * 1024, report.total_params,
       len(report.calls), report.memory.activation_bytes)
 """
 
