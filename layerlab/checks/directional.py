@@ -120,21 +120,27 @@ def analytical(outs: Sequence[Tensor], vs: Sequence[Tensor], tensors: Sequence[T
 
 def numerical(f: Callable[..., Tuple[Tensor, ...]], tensors: Sequence[Tensor], us: Sequence[Direction],
               vs: Sequence[Tensor], eps: float, which: Optional[Sequence[int]] = None,
-              progress: Optional[Progress] = None, names: Optional[Sequence[str]] = None) -> Dict[int, List[float]]:
+              progress: Optional[Progress] = None, names: Optional[Sequence[str]] = None,
+              as_with_grad: bool = False) -> Dict[int, List[float]]:
     """``{i: n_i}`` with ``n_i[j] = ⟨v_j, (f(t_i + eps·u_i) − f(t_i − eps·u_i)) / 2eps⟩``, other tensors
-    fixed, for the tensors ``which`` (default: all)."""
-    plain = [t.detach() for t in tensors]
+    fixed, for the tensors ``which`` (default: all).
+
+    ``as_with_grad``: run the forwards as the analytical pass does, with autograd on and the shifted
+    tensor requiring grad. torch's transformer layers take a different code path when no grad is
+    needed (the nested-tensor fast path, which zeroes padded positions): finite differences of that
+    path would be compared with the gradient of the other one."""
+    plain = [t.detach().requires_grad_(as_with_grad and t.is_floating_point()) for t in tensors]
     todo = list(range(len(tensors))) if which is None else list(which)
     out: Dict[int, List[float]] = {}
-    with torch.no_grad():
+    with torch.enable_grad() if as_with_grad else torch.no_grad():
         for k, i in enumerate(todo):
             if progress is not None:
                 progress(names[i] if names else str(i), k, len(todo))
             plus, minus = list(plain), list(plain)
             plus[i] = us[i].shift(plain[i], eps)
             minus[i] = us[i].shift(plain[i], -eps)
-            yp = f(*plus)
-            ym = f(*minus)
+            yp = [y.detach() for y in f(*plus)]
+            ym = [y.detach() for y in f(*minus)]
             out[i] = [float(((p - m) / (2 * eps) * v).sum()) for p, m, v in zip(yp, ym, vs)]
     if progress is not None:
         progress("", len(todo), len(todo))

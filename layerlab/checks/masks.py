@@ -68,6 +68,7 @@ def masks(case: Case, opts: Any = None) -> CheckResult:
                          "keep at least one key per query row, or replace the NaN rows afterwards "
                          "(out.nan_to_num(0.0)); for padded queries mask their outputs instead"))
     findings.extend(probes.get("findings", []))
+    findings.extend(_padding_unused(module, args, details))
     if not findings:
         parts = []
         if "float_blocks" in probes:
@@ -98,7 +99,10 @@ def _geometry(case: Case, module: nn.Module, args: Sequence[Arg]) -> Optional[Di
     if qd is None or kd is None:
         return None
     B, _ = batch_layout(case, args)
+    # each sequence input's length: a `memory_key_padding_mask` pads `memory`, not the query
+    lengths = {n.split("[")[0]: t.shape[d] for n, t in ins for d in [_seq_dim(module, t)] if d is not None}
     return {"query": qname, "q": q, "kv": kv, "q_td": qd, "k_td": kd, "L": q.shape[qd], "S": k.shape[kd], "B": B,
+            "lengths": lengths,
             "self": any(t is q for t in kv),
             # the probe reads the output rows as the query's rows: sure only for attention with named
             # key/value, or a layer with one sequence input (not an encoder-decoder)
@@ -118,7 +122,8 @@ def _inspect_given(a: Arg, geo: Optional[Dict[str, Any]], semantics: Optional[st
     if m.is_floating_point():
         out.extend(_float01(a, semantics, blocks_float))
     if "padding" in name.lower() and geo and geo["B"]:
-        want = (geo["B"], geo["S"])
+        padded = name.lower().replace("_key_padding_mask", "").replace("_padding_mask", "")
+        want = (geo["B"], geo.get("lengths", {}).get(padded, geo["S"]))
         if tuple(m.shape) != want:
             flipped = tuple(m.shape) == want[::-1]
             out.append((Status.FAIL, name, f"{name} has shape {tuple(m.shape)}, expected (B, S) = {want}"
@@ -269,6 +274,43 @@ def _probe(case: Case, module: nn.Module, args: Sequence[Arg], geo: Dict[str, An
         elif ref_sem == semantics:
             res["matches_reference"] = True
     return res
+
+
+def _padding_unused(module: nn.Module, args: Sequence[Arg], details: Dict[str, Any]):
+    """A padding mask the layer never reads: pad one more real key (the last one of a sample with
+    at least two) and see whether anything in the output moves. torch's ``key_padding_mask``
+    convention (bool, True = pad) for names with "padding"; Hugging Face's ``attention_mask``
+    (1 = token, 0 = pad) for that name. Float additive masks are left to the other probes."""
+    found = []
+    for a in args:
+        m, low = a.value, a.name.lower()
+        if not isinstance(m, Tensor) or m.dim() != 2:
+            continue
+        if "padding" in low and m.dtype == torch.bool:
+            keep = ~m
+        elif low == "attention_mask" and (m.dtype == torch.bool or not m.is_floating_point()):
+            keep = m.bool()
+        else:
+            continue
+        rows = [b for b in range(keep.shape[0]) if int(keep[b].sum()) >= 2]
+        if not rows:
+            continue
+        b = rows[0]
+        j = int(keep[b].nonzero()[-1])
+        changed = m.clone()
+        changed[b, j] = True if m.dtype == torch.bool and "padding" in low else 0
+        try:
+            same = _same(module, list(args), a.name, changed)
+        except Exception as exc:  # the layer refuses the probe: no verdict
+            details.setdefault("padding_probe_error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            continue
+        details.setdefault("padding_probe", {})[a.name] = {"sample": b, "position": j, "changes_output": not same}
+        if same:
+            found.append((Status.FAIL, a.name, f"{a.name} has no effect on the output: marking position {j} of "
+                          f"sample {b} as padding changed nothing",
+                          f"pass {a.name} on to the attention (masked_fill of the scores before the softmax, or "
+                          "the attention call's own mask argument)"))
+    return found
 
 
 def _first(module: nn.Module, args: Sequence[Arg]) -> Tensor:

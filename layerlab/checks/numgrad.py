@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.autograd.gradcheck import GradcheckError
 
 from layerlab.checks.case import (
@@ -82,6 +82,13 @@ class GradcheckOptions:
     max_entries: int = 65_536
     seconds: float = 20.0
     progress: Optional[Progress] = None
+
+
+def has_inference_fast_path(module: nn.Module) -> bool:
+    """Does it hold a torch layer with an inference-only fast path (eval mode, no grad needed:
+    MultiheadAttention, TransformerEncoderLayer, TransformerEncoder's nested tensors)?"""
+    fast = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+    return any(isinstance(m, fast) and not m.training for m in module.modules())
 
 
 def low_precision_tolerances(dtype: Optional[torch.dtype], o: GradcheckOptions) -> Tuple[float, float]:
@@ -178,10 +185,11 @@ def gradcheck(case: Case, opts: Optional[Any] = None) -> CheckResult:
                            hint="the backward is nondeterministic or mutates saved state (a custom Function "
                                 "writing into ctx tensors?)", details=details)
     progress = _named(o.progress)
-    num = numerical(f, tensors, us, vs, eps, checked, progress, names)
+    slow_path = has_inference_fast_path(module)
+    num = numerical(f, tensors, us, vs, eps, checked, progress, names, as_with_grad=slow_path)
     num4 = None
     if recorder.lowest is not None:  # the 4× step measures the rounding noise of the islands
-        num4 = numerical(f, tensors, us, vs, 4 * eps, checked, progress, names)
+        num4 = numerical(f, tensors, us, vs, 4 * eps, checked, progress, names, as_with_grad=slow_path)
         details["atol"] = atol = _noise_floor(recorder.lowest, outs, eps)
         details["tolerance"] = ("low precision: |analytical − numerical| ≤ atol + rtol·|numerical| + 4·|numerical(eps) − "
                                 "numerical(4·eps)| at both steps; atol = 0.1·(dtype resolution)·‖output‖/eps")

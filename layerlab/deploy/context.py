@@ -81,12 +81,36 @@ class Context:
         return got
 
     def module_eval(self, *pos: Any, **kw: Any) -> Any:
+        """Eager's outputs. A torch transformer layer in eval mode has two eager behaviours: with no
+        grad it takes its inference fast path (nested tensors: padded positions come out 0), with
+        autograd on the regular path, which is what compile and export trace. Both are eager's
+        truth: the second is kept beside the first (:meth:`compare` accepts either), so a path is
+        not failed for the padded positions torch itself leaves undefined."""
+        from layerlab.checks.numgrad import has_inference_fast_path
+        from layerlab.target.bind import map_tensors
+
         if not hasattr(self, "_eager"):
             self._eager = self.fresh()
-        return self._eager(*pos, **kw)
+            self._other_eager: Dict[int, Any] = {}
+        out = self._eager(*pos, **kw)
+        if has_inference_fast_path(self._eager):
+            with torch.enable_grad():
+                other = map_tensors(self._eager(*pos, **kw), lambda t: t.detach())
+            self._other_eager[id(out)] = (out, other)
+        return out
 
     def compare(self, actual: Any, expected: Any, label: str = "") -> Tuple[bool, List[dict], Optional[str]]:
-        """Compare every output tensor, by position: ``(all equal, comparisons, first problem)``."""
+        """Compare every output tensor, by position: ``(all equal, comparisons, first problem)``;
+        where eager has two behaviours (:meth:`module_eval`), matching either one is equal."""
+        ok, comps, problem = self._compare(actual, expected, label)
+        kept = getattr(self, "_other_eager", {}).get(id(expected))
+        if not ok and kept is not None and kept[0] is expected:
+            ok2, comps2, _ = self._compare(actual, kept[1], label)
+            if ok2:
+                return True, comps2, None
+        return ok, comps, problem
+
+    def _compare(self, actual: Any, expected: Any, label: str = "") -> Tuple[bool, List[dict], Optional[str]]:
         exp = [t for _, t in flatten(expected)]
         names = [p for p, _ in flatten(expected)]
         act = [t for _, t in flatten(actual)]

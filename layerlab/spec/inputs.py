@@ -57,6 +57,7 @@ def parse_inputs(data: Any, marks: Marks, path: tuple, *, base_dir: Optional[str
                 expected=names, got=spec.same_as, hint=did_you_mean(spec.same_as, names),
             )
     by_name = {s.name: s for s in specs}
+    _check_padding_against_ids(specs)
     for spec in specs:
         seen = {spec.name}
         target = spec
@@ -67,6 +68,38 @@ def parse_inputs(data: Any, marks: Marks, path: tuple, *, base_dir: Optional[str
             seen.add(target.same_as)
             target = by_name[target.same_as]
     return specs
+
+
+def _check_padding_against_ids(specs: List[InputSpec]) -> None:
+    """A padding mask (``padding_mask:``/``key_padding:``) must have one length per sample of the
+    token ids it pads, and no length beyond their sequence: ``attention_mask`` lengths [9, 5] for
+    ``input_ids`` [3, 8] would build a (2, 9) mask that fails deep inside the model. The ids a mask
+    pads are the ones with its prefix (``decoder_attention_mask`` → ``decoder_input_ids``)."""
+    ids = [s for s in specs if s.shape is not None and len(s.shape) == 2 and s.dtype is not None
+           and s.dtype.startswith(("int", "uint"))]
+    for spec in specs:
+        pad = spec.padding or spec.key_padding
+        if pad is None or not ids:
+            continue
+        prefix = spec.name
+        for suffix in ("attention_mask", "key_padding_mask", "padding_mask", "mask"):
+            if prefix.endswith(suffix):
+                prefix = prefix[: -len(suffix)]
+                break
+        pairs = [s for s in ids if s.name.startswith(prefix) and (prefix or "_" not in s.name.replace("input_ids", ""))]
+        paired = pairs[0] if len(pairs) == 1 else None
+        lengths, size = pad["lengths"], pad["size"]
+        B = ids[0].shape[0]
+        T = paired.shape[1] if paired is not None else None
+        if len(lengths) != B or (T is not None and size != T):
+            other = paired or ids[0]
+            raise SpecError(
+                f"input {spec.name!r}: the padding mask is ({len(lengths)}, {size}) but {other.name!r} is "
+                f"{list(other.shape)}: give one length per sample" + (f", each ≤ {T}" if T is not None else ""),
+                where=spec.where, expected=f"{B} lengths" + (f", size {T}" if T is not None else ""),
+                got={"lengths": lengths, "size": size},
+                hint=f"e.g. lengths: {[T or size] + [max(1, (T or size) - 2)] * (B - 1)}"
+                     + (f", size: {T}" if T is not None and size != T else ""))
 
 
 def parse_input(name: str, value: Any, marks: Marks, path: tuple, *, base_dir: Optional[str] = None,
