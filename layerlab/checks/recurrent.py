@@ -158,10 +158,17 @@ def recurrent_state(case: Case, opts: Any = None) -> CheckResult:
         with torch.no_grad():
             out = call(m, args)
     except Exception as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        # the cause decides the fix: no default state at all (None reached an op), or a default
+        # state built in the wrong dtype/device (float32 zeros against float64 inputs)
+        no_default = "NoneType" in text or "None" in text.split(":")[0]
+        hint = ("give the state a default: when hx is None, start from torch.zeros(num_layers·D, B, hidden_size, "
+                "dtype=x.dtype, device=x.device) as torch's RNNs do" if no_default else
+                "build the default h0 with dtype=x.dtype and device=x.device "
+                "(torch.zeros(..., dtype=x.dtype, device=x.device))")
         return CheckResult("recurrent_state", Status.FAIL,
-                           f"fails in float64 without h0: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                           where="h0", hint="build the default h0 with dtype=x.dtype and device=x.device "
-                                            "(torch.zeros(..., dtype=x.dtype, device=x.device))", details=details)
+                           f"fails without h0 (run in float64): {type(exc).__name__}: {text}",
+                           where="h0", hint=hint, details=details)
     lstm = _is_lstm(m, out, cell)
     _, h, c = _split(out, cell)
     problems: List[Tuple[str, str, str]] = []

@@ -85,7 +85,7 @@ def output_hint(exc: BaseException, eager_out: Any, path: str) -> Optional[str]:
     if path == "trace":
         if not _TRACE_TEXT.search(text):
             return None
-        fix = "return a tuple of tensors (Hugging Face models: build with config.torchscript = True)"
+        fix = "return a tuple of tensors (Hugging Face models: pass return_dict=False, and use_cache=False)"
         return f"{no_cache}; and {fix}" if no_cache else (
             f"torch.jit.trace returns only tensors and tuples/lists/dicts of them: {fix}, or use torch.export")
     if not (_OUTPUT_TEXT.search(text) or (named and _PYTREE_TEXT.search(text))):

@@ -104,3 +104,23 @@ def test_hugging_face_attention_mask_read_or_dropped():
     assert stock.check("masks").status.value == "pass", stock.check("masks").summary
     dropped = layerlab.verify(DropsMask(), ids, attention_mask=mask, only=["masks"])
     assert dropped.check("masks").status.value == "fail" and dropped.check("masks").where == "attention_mask"
+
+
+class _CellWithoutDefaultState(nn.Module):
+    """A hand-written RNN cell whose forward has no default for hx (hx=None reaches an op)."""
+
+    def __init__(self, n_in, hidden):
+        super().__init__()
+        self.input_size, self.hidden_size = n_in, hidden
+        self.w_ih, self.w_hh = nn.Linear(n_in, hidden), nn.Linear(hidden, hidden)
+
+    def forward(self, input, hx=None):
+        return torch.tanh(self.w_ih(input) + hx @ self.w_hh.weight.T)
+
+
+def test_a_cell_without_a_default_state_is_told_to_make_one_not_to_fix_a_dtype():
+    x, h = torch.randn(3, 4), torch.randn(3, 5)
+    report = layerlab.verify(_CellWithoutDefaultState(4, 5), x, h, tags=["recurrent"], only=["recurrent_state"])
+    check = report.check("recurrent_state")
+    assert check.status.value == "fail" and "NoneType" in check.summary
+    assert "default" in check.hint and "when hx is None" in check.hint
