@@ -77,7 +77,8 @@ def masks(case: Case, opts: Any = None) -> CheckResult:
             parts.append(f"bool masks: {semantics}")
         if probes.get("matches_reference"):
             parts.append("the same convention as the reference")
-        text = "; ".join(parts) or "masks passed are well-formed"
+        text = "; ".join(parts) or ("masks passed are well-formed" if given else
+                                    f"no mask was passed ({', '.join(params)} left at the default): nothing to check")
         return CheckResult("masks", Status.PASS, text, details=details)
     details["findings"] = [{"status": str(s), "where": w, "message": m, "hint": h} for s, w, m, h in findings]
     status = Status.FAIL if any(f[0] == Status.FAIL for f in findings) else Status.WARN
