@@ -311,5 +311,11 @@ def _trial_call(module: nn.Module, reference: Any, args: Sequence[Any]) -> Optio
     shapes_o = [(p, tuple(t.shape)) for p, t in lo]
     shapes_r = [(p, tuple(t.shape)) for p, t in lr]
     if shapes_o != shapes_r:
-        return f"the outputs differ in structure or shape (ours {shapes_o}, torch's {shapes_r})"
+        why = f"the outputs differ in structure or shape (ours {shapes_o}, torch's {shapes_r})"
+        nones = [i for i, (o, r) in enumerate(zip(out_o, out_r)) if o is None and isinstance(r, torch.Tensor)] \
+            if isinstance(out_o, (tuple, list)) and isinstance(out_r, (tuple, list)) else []
+        if nones:
+            why += (f"; ours returns None at output[{nones[0]}] where torch's returns a tensor: run with the "
+                    "argument that turns it off in torch too (MultiheadAttention: need_weights=False) to compare")
+        return why
     return None

@@ -94,12 +94,54 @@ def json_warnings(json_mode: bool):
     if not json_mode:
         yield
         return
+    stderr = sys.stderr
+    sys.stderr = _JsonLines(stderr)  # what libraries log in plain text (transformers' logger) becomes JSON
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")  # once per place, as Python shows them by default
         try:
             yield
         finally:
+            sys.stderr.flush()
+            sys.stderr = stderr
             _emit(caught)
+
+
+class _JsonLines:
+    """A stderr that passes JSON lines through and wraps every other line as ``{"log": line}``:
+    a library's logging handler, made while the command runs, writes plain text to ``sys.stderr``."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.pending = stream, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        while "\n" in self.pending:
+            line, self.pending = self.pending.split("\n", 1)
+            self._line(line)
+        return len(text)
+
+    def _line(self, line: str) -> None:
+        from layerlab.cli.output import json_line
+
+        if not line.strip():
+            return
+        stripped = line.strip()
+        if stripped.startswith("{") and stripped.endswith("}"):
+            self.stream.write(line + "\n")
+        else:
+            self.stream.write(json_line({"log": stripped, "category": "log", "where": None, "hint": None}) + "\n")
+
+    def flush(self) -> None:
+        if self.pending:
+            line, self.pending = self.pending, ""
+            self._line(line)
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 def _emit(caught: List[warnings.WarningMessage]) -> None:

@@ -124,3 +124,35 @@ def test_a_cell_without_a_default_state_is_told_to_make_one_not_to_fix_a_dtype()
     check = report.check("recurrent_state")
     assert check.status.value == "fail" and "NoneType" in check.summary
     assert "default" in check.hint and "when hx is None" in check.hint
+
+
+class MultiheadAttention(nn.Module):
+    """torch's MultiheadAttention layout (batch_first), hand-written; returns (out, None) as many do.
+    ``scaled=False`` plants the classic bug: no 1/√d on the scores."""
+
+    def __init__(self, embed_dim, num_heads, batch_first=True, scaled=True):
+        super().__init__()
+        self.embed_dim, self.num_heads, self.batch_first, self.scaled = embed_dim, num_heads, batch_first, scaled
+        self.in_proj_weight = nn.Parameter(torch.randn(3 * embed_dim, embed_dim) / embed_dim ** 0.5)
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * embed_dim))
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, query, key, value, need_weights=False):
+        B, L, E = query.shape
+        H, D = self.num_heads, E // self.num_heads
+        q, k, v = (torch.nn.functional.linear(t, w, b).view(B, -1, H, D).transpose(1, 2) for t, w, b in
+                   zip((query, key, value), self.in_proj_weight.chunk(3), self.in_proj_bias.chunk(3)))
+        scores = q @ k.transpose(-1, -2) / (D ** 0.5 if self.scaled else 1.0)
+        return self.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, L, E)), None
+
+
+def test_an_attention_returning_none_weights_is_told_how_to_be_compared():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    silent = layerlab.verify(MultiheadAttention(16, 2, scaled=False), x, x, x)
+    assert silent.reference is None and "need_weights=False" in silent.settings["reference_weights"]
+    compared = layerlab.verify(MultiheadAttention(16, 2, scaled=False), x, x, x, need_weights=False)
+    assert compared.reference == "torch.nn.MultiheadAttention"
+    assert compared.check("forward_parity").status.value == "fail"
+    correct = layerlab.verify(MultiheadAttention(16, 2), x, x, x, need_weights=False)
+    assert correct.check("forward_parity").status.value == "pass", correct.check("forward_parity").summary
