@@ -45,6 +45,11 @@ def _by_design(case: Case) -> Optional[str]:
     return None
 
 
+def _eval_note(case: Case) -> str:
+    """Said in the summary, not only in the JSON: a train-mode BatchNorm model passes *in eval mode*."""
+    return " (in eval mode: train-mode BatchNorm mixes the batch by design)" if _notes(case) else ""
+
+
 def _notes(case: Case) -> List[str]:
     if case.module.training and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in case.module.modules()):
         return ["checked in eval mode: in train mode BatchNorm normalises over the batch by design"]
@@ -158,8 +163,8 @@ def batch_independence(case: Case, opts: Any = None) -> CheckResult:
     leaks = _leaks(module, args, dims, B, out_dims, case.seed)
     if not leaks:
         return CheckResult("batch_independence", Status.PASS,
-                           f"∂output[i]/∂input[j] = 0 for i ≠ j over {min(B, MAX_SAMPLES)} sample(s) of {B}",
-                           details=details)
+                           f"∂output[i]/∂input[j] = 0 for i ≠ j over {min(B, MAX_SAMPLES)} sample(s) of {B}"
+                           + _eval_note(case), details=details)
     details["leaks"] = leaks[:20]
     if isinstance(case.reference, nn.Module):
         ref = reference_copy(case.reference, torch.float64, False)
@@ -281,5 +286,5 @@ def batch_consistency(case: Case, opts: Any = None) -> CheckResult:
                                 "longest sample, statistics over the batch, a broadcast over the wrong dim)",
                            details=details)
     return CheckResult("batch_consistency", Status.PASS,
-                       f"each of {min(B, MAX_SAMPLES)} sample(s) run alone equals the batched run (float64)",
-                       details=details)
+                       f"each of {min(B, MAX_SAMPLES)} sample(s) run alone equals the batched run (float64)"
+                       + _eval_note(case), details=details)
