@@ -242,3 +242,10 @@ def time_dim(module: nn.Module, t: Tensor) -> Optional[int]:
 
 def short_dtype(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+def has_inference_fast_path(module: nn.Module) -> bool:
+    """Does it hold a torch layer with an inference-only fast path (eval mode, no grad needed:
+    MultiheadAttention, TransformerEncoderLayer, TransformerEncoder's nested tensors)?"""
+    fast = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+    return any(isinstance(m, fast) and not m.training for m in module.modules())

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from torch.autograd.gradcheck import GradcheckError
 
 from layerlab.checks.case import (
-    Case, cast_args, generator, grad_inputs, mode_name, module_copy, parity_mode, trainable,
+    Case, cast_args, generator, grad_inputs, has_inference_fast_path, mode_name, module_copy, parity_mode, trainable,
 )
 from layerlab.checks.directional import (
     Progress, analytical, count_nonfinite, direction, functional, numerical, unit,
@@ -82,13 +82,6 @@ class GradcheckOptions:
     max_entries: int = 65_536
     seconds: float = 20.0
     progress: Optional[Progress] = None
-
-
-def has_inference_fast_path(module: nn.Module) -> bool:
-    """Does it hold a torch layer with an inference-only fast path (eval mode, no grad needed:
-    MultiheadAttention, TransformerEncoderLayer, TransformerEncoder's nested tensors)?"""
-    fast = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
-    return any(isinstance(m, fast) and not m.training for m in module.modules())
 
 
 def low_precision_tolerances(dtype: Optional[torch.dtype], o: GradcheckOptions) -> Tuple[float, float]:

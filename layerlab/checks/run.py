@@ -21,10 +21,11 @@ inputs passed in: every check works on copies.
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.target.bind import describe as _describe  # what an input is, shown in reports
@@ -253,21 +254,32 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
     return results
 
 
-def _frame_owner(filename: str) -> str:
-    """Whose code a traceback frame is: ``"harness"`` (layerlab's checks and tools), ``"torch"``
-    (torch, other installed libraries, the standard library) or ``"layer"`` (the code under test:
-    the user's files and layerlab's own reference layers)."""
+@functools.lru_cache(maxsize=1)
+def _code_roots() -> Tuple[str, str, Tuple[str, ...]]:
+    """layerlab's package folder, its reference layers' folder, and the library folders (stdlib,
+    site-packages): found once, not for every traceback frame."""
     import os
     import sysconfig
 
     import layerlab
 
-    path = os.path.abspath(filename)
     package = os.path.dirname(os.path.abspath(layerlab.__file__))
-    if path.startswith(package + os.sep):
-        return "layer" if path.startswith(os.path.join(package, "layers") + os.sep) else "harness"
-    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
-    if any(path.startswith(os.path.abspath(d) + os.sep) for d in libraries) or filename.startswith("<frozen"):
+    libraries = tuple(sorted({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+                              for k in ("stdlib", "purelib", "platlib")}))
+    return package + os.sep, os.path.join(package, "layers") + os.sep, libraries
+
+
+def _frame_owner(filename: str) -> str:
+    """Whose code a traceback frame is: ``"harness"`` (layerlab's checks and tools), ``"torch"``
+    (torch, other installed libraries, the standard library) or ``"layer"`` (the code under test:
+    the user's files and layerlab's own reference layers)."""
+    import os
+
+    package, layers, libraries = _code_roots()
+    path = os.path.abspath(filename)
+    if path.startswith(package):
+        return "layer" if path.startswith(layers) else "harness"
+    if path.startswith(libraries) or filename.startswith("<frozen"):
         return "torch"
     return "layer"
 
