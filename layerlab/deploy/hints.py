@@ -28,7 +28,8 @@ _PLAIN = (int, float, bool, complex, str, bytes, type(None))
 #: (export also says "pytree" about inputs and dynamic_shapes)
 _OUTPUT_TEXT = re.compile(r"in output, which is not a known type|unsupported output type", re.IGNORECASE)
 _PYTREE_TEXT = re.compile(r"not a known type|pytree", re.IGNORECASE)
-_TRACE_TEXT = re.compile(r"Tracer cannot infer type of|can be output from traced functions")
+_TRACE_TEXT = re.compile(r"Tracer cannot infer type of|can be output from traced functions|"
+                         r"Encountering a dict at the output of the tracer")
 
 
 def unflattenable_outputs(out: Any) -> List[Tuple[str, type]]:
@@ -86,8 +87,11 @@ def output_hint(exc: BaseException, eager_out: Any, path: str) -> Optional[str]:
         if not _TRACE_TEXT.search(text):
             return None
         fix = "return a tuple of tensors (Hugging Face models: pass return_dict=False, and use_cache=False)"
-        return f"{no_cache}; and {fix}" if no_cache else (
-            f"torch.jit.trace returns only tensors and tuples/lists/dicts of them: {fix}, or use torch.export")
+        if no_cache:
+            return f"{no_cache}; and {fix}"
+        if "Encountering a dict" in text:  # a dict (a Hugging Face ModelOutput) under strict tracing
+            return f"torch.jit.trace (strict) refuses dict outputs: {fix}, or use torch.export"
+        return f"torch.jit.trace returns only tensors and tuples/lists/dicts of them: {fix}, or use torch.export"
     if not (_OUTPUT_TEXT.search(text) or (named and _PYTREE_TEXT.search(text))):
         return None
     if culprit is None:

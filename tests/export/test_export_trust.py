@@ -120,3 +120,15 @@ def test_a_varying_output_is_left_alone():
                           paths=["export"])
     assert report.paths[0].status == Status.PASS and "notes" not in report.settings
     assert "vacuous" not in report.paths[0].details
+
+
+def test_a_dict_output_under_strict_tracing_gets_the_return_dict_hint_and_the_hint_works():
+    tf = pytest.importorskip("transformers", reason="Hugging Face models need the [hf] extra")
+    config = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 8))
+    report = export_check(tf.BertModel(tf.BertConfig(**config)), ids, paths=["trace"])
+    trace = report.paths[0]
+    assert trace.status.value == "fail" and "return_dict=False" in trace.hint and "torch.cond" not in trace.hint
+    fixed = export_check(tf.BertModel(tf.BertConfig(return_dict=False, **config)), ids, paths=["trace"])
+    assert fixed.paths[0].status.value in ("pass", "warn"), fixed.paths[0].reason
