@@ -369,6 +369,7 @@ class InspectReport(Displayable):
     timing: Dict[str, float] = field(default_factory=dict)
     notes: List[Problem] = field(default_factory=list)
     memory: Optional[Any] = None  # a probe.meta.MetaMemory, for a run with meta=True
+    probes: List[Any] = field(default_factory=list)  # probe.probes.base.ProbeResult, one per probe asked for
     schema: int = SCHEMA_VERSION
 
     @property
@@ -393,6 +394,13 @@ class InspectReport(Displayable):
             if rec.path == path and rec.call == n:
                 return rec
         raise KeyError(f"no call {n} of module {path!r}")
+
+    def probe(self, name: str):
+        """The result of the probe called ``name`` (``KeyError`` if it did not run)."""
+        for result in self.probes:
+            if result.name == name:
+                return result
+        raise KeyError(f"probe {name!r} did not run")
 
     def param(self, name: str) -> ParamRecord:
         for p in self.params:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from layerlab.errors import UsageError
 
@@ -42,6 +42,7 @@ def inspect(
     ops: bool = False,
     fix: bool = True,
     meta: bool = False,
+    probes: Optional[Sequence[Any]] = None,
     **kwargs: Any,
 ):
     """Run ``module(*inputs, **kwargs)`` (and a backward pass) with probes; return the report.
@@ -72,6 +73,11 @@ def inspect(
             model is not moved; see :mod:`layerlab.probe.meta`): shapes, dtypes, parameter counts
             and ``report.memory``, an estimate of activation and gradient bytes per call; no
             statistics or gradient norms. Default: ``False``.
+        probes (list, optional): probes to run beside the recording (``"attention"``,
+            ``"sparsity"``, ``"dead"``, ``"rank"``, ``"init"``, ``"steps"``, ``"histogram"``, a
+            :class:`~layerlab.probe.probes.base.Probe`, or a callable ``(module, inputs, output) ->
+            dict`` run on every module call); results in ``report.probes`` (see
+            :mod:`layerlab.probe.probes`). Default: none (no cost).
         **kwargs: keyword arguments for forward (``attn_mask=…``).
 
     Returns:
@@ -103,6 +109,7 @@ def inspect(
     buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()
                if not torch.nn.parameter.is_lazy(b) and not b.is_inference() and not b.is_meta]
     recorder = Recorder(module, stats=stats, grads=backward)
+    probe_list, probe_run = _probes(probes, meta, module, named_modules, inputs, fwd_kwargs, backward, seed)
     trace = None
     if ops:
         from layerlab.probe.ops import OpTrace
@@ -119,13 +126,16 @@ def inspect(
         else:
             used_mode = _mode_name(flag for _, flag in flags)
         recorder.install(named_modules)
+        for probe in probe_list:
+            probe.attach(probe_run)
         with _seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
             start = time.perf_counter()
             try:
                 # on meta, tensors the forward makes without device= are made on meta too, as they
                 # would be on the model's device in a real run
                 with trace if trace is not None else contextlib.nullcontext(), \
-                        torch.device("meta") if meta else contextlib.nullcontext():
+                        torch.device("meta") if meta else contextlib.nullcontext(), \
+                        probe_run.around_forward() if probe_run is not None else contextlib.nullcontext():
                     output = module(*inputs, **fwd_kwargs)
             except ProbeBug as bug:
                 raise bug.original from None
@@ -137,13 +147,21 @@ def inspect(
                     raised = exc, failure.call, recorder.live.get(failure.call, ((), {}))
                 output = None
             timing["forward_s"] = time.perf_counter() - start
+            if failure is None:
+                for probe in probe_list:
+                    probe.after_forward(probe_run, output)
             if backward and failure is None:
                 start = time.perf_counter()
                 back, failure = _backward(module, output, [*inputs, *fwd_kwargs.values()], recorder, loss, seed or 0)
                 timing["backward_s"] = time.perf_counter() - start
+                if failure is None and back["info"].ran:
+                    for probe in probe_list:
+                        probe.after_backward(probe_run)
             del output
     finally:
         recorder.remove()
+        if probe_run is not None:
+            probe_run.remove()
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: only where it changed
                 m.training = flag
@@ -166,9 +184,40 @@ def inspect(
         report.memory = estimate(recorder, module)
         explain_meta_failure(failure)
     report.ops = trace.records if trace is not None else None
+    if probe_list:
+        _probe_results(report, probe_list, timing)
     timing["report_s"] = time.perf_counter() - start
     report.timing = timing
     return report
+
+
+def _probes(probes, meta, module, named_modules, inputs, kwargs, backward, seed):
+    """The probe instances asked for and the run they share (none: no cost at all)."""
+    if not probes:
+        return [], None
+    from layerlab.probe.probes import make_probes
+    from layerlab.probe.probes.base import ProbeRun
+
+    if isinstance(probes, str):
+        probes = [p for p in probes.split(",") if p.strip()]
+    made = make_probes(probes)
+    if meta and made:
+        raise UsageError("probes need values, and a --meta run has none", where="probes",
+                         expected="probes without meta, or meta without probes", got=[p.name for p in made])
+    return made, ProbeRun(module, named_modules, inputs, kwargs, backward, seed)
+
+
+def _probe_results(report, probe_list, timing) -> None:
+    """Each probe's result into ``report.probes``; its findings into problems (warnings) or notes."""
+    start = time.perf_counter()
+    results = []
+    for probe in probe_list:
+        result = probe.result(report)
+        results.append(result)
+        for finding in result.findings:
+            (report.notes if finding.severity == "info" else report.problems).append(finding)
+    report.probes = results
+    timing["probes_s"] = time.perf_counter() - start
 
 
 @contextlib.contextmanager
