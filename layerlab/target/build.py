@@ -25,6 +25,9 @@ __all__ = ["SPEC_KEYS", "resolve", "from_entry", "from_spec", "is_spec_path", "f
 
 #: keys of a spec that only some commands read (gradcheck, profile --vs-reference, export-check's batch)
 SPEC_KEYS = ("reference", "weight_map", "tags", "causal", "batch_dims")
+#: per-command sections of a spec, kept as written (with their YAML marks) in ``Target.sections``
+#: for the command that reads them; every other command ignores them
+SECTION_KEYS = ("probes", "train", "precision", "ddp")
 
 
 def is_spec_path(target: str) -> bool:
@@ -110,7 +113,7 @@ def _from_spec(path: str, *, overrides: Any, allow_import: bool, strict: bool, w
     data, marks = read_spec_file(str(path))
     extra: Dict[str, Any] = {}
     if isinstance(data, dict):
-        extra = {k: data.pop(k) for k in SPEC_KEYS if k in data}
+        extra = {k: data.pop(k) for k in (*SPEC_KEYS, *SECTION_KEYS) if k in data}
     base_dir = str(Path(path).resolve().parent)
     spec = validate(data, marks, allow_import=allow_import, base_dir=base_dir, overrides=overrides)
     built = build(spec)
@@ -152,7 +155,8 @@ def _from_spec(path: str, *, overrides: Any, allow_import: bool, strict: bool, w
     return Target(name=clean_text(str(path)), module=module, args=args, reference=ref,
                   reference_output=transform, tags=frozenset(map(str, tags)), seed=built.seed,
                   batch_dims=dict(batch_dims), weight_map=weight_map, mode=built.mode, backward=built.backward,
-                  title=getattr(spec, "title", None))
+                  title=getattr(spec, "title", None),
+                  sections={k: extra[k] for k in SECTION_KEYS if k in extra}, marks=marks, base_dir=base_dir)
 
 
 _R = TypeVar("_R")

@@ -38,6 +38,11 @@ class Target:
         mode: ``"train"`` or ``"eval"``, as built.
         backward: whether the spec asks for a backward pass (inspect).
         title: the spec's ``name:`` (shown as a title), if any.
+        sections: per-command sections of the spec as written (``probes:``, ``train:``,
+            ``precision:``, ``ddp:``); each command reads its own and validates it.
+        marks: the spec's YAML marks (``marks("train", "lr")`` → ``file:line:col``) for errors
+            about a section, or ``None`` for a target not built from a spec file.
+        base_dir: the spec file's folder (where ``import:`` paths are looked up), or ``None``.
     """
 
     name: str
@@ -52,6 +57,9 @@ class Target:
     mode: str = "train"
     backward: bool = True
     title: Optional[str] = None
+    sections: Dict[str, Any] = field(default_factory=dict)
+    marks: Any = None
+    base_dir: Optional[str] = None
 
     @property
     def target(self) -> str:
