@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-__all__ = ["render", "renderables", "render_html", "Displayable"]
+__all__ = ["render", "renderables", "render_html", "embed_pictures", "Displayable"]
 
 
 def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
@@ -67,6 +67,10 @@ def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
         from layerlab.cli import render_export
 
         return render_export.matrix(report, verbose=verbose)
+    if kind == "PrecisionReport":
+        from layerlab.cli import render_precision
+
+        return render_precision.report(report, depth=depth)
     raise TypeError(f"layerlab.render takes a layerlab report (from inspect, verify, profile or export_check), "
                     f"got {kind}")
 
@@ -112,6 +116,22 @@ def render_html(report: Any, width: int = 100, *, depth: Optional[int] = None, w
         console.print(part)
     return console.export_html(inline_styles=True, code_format="<pre style=\"font-family:monospace;"
                                                                "line-height:1.2\">{code}</pre>")
+
+
+def embed_pictures(html: str, svgs: List[str]) -> str:
+    """``html`` (a saved report) with each SVG picture inlined, in order, before ``</body>``.
+
+    The pictures' XML prolog and DOCTYPE are dropped (an inline ``<svg>`` needs neither); an HTML
+    fragment without ``</body>`` gets them appended.
+    """
+    figures = []
+    for svg in svgs:
+        start = svg.find("<svg")
+        body = svg[start:] if start >= 0 else svg
+        figures.append(f'<figure style="margin:1em 0">{body.strip()}</figure>')
+    block = "\n".join(figures) + "\n"
+    at = html.rfind("</body>")
+    return html[:at] + block + html[at:] if at >= 0 else html + block
 
 
 class Displayable:

@@ -8,11 +8,12 @@ uses the module and its inputs and does not build the reference.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from typing import Annotated
 
+from layerlab.cli import inspect_plot
 from layerlab.cli.options import (AllowImportOpt, DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt,
                                   overrides)
 from layerlab.errors import CheckFailed
@@ -35,6 +36,13 @@ OpsOpt = Annotated[bool, typer.Option(
     "--ops", help="Also record every torch function and tensor method the model's own code calls "
                   "(transpose, view, cat, +, matmul, masked_fill …), shown under their module's row.",
 )]
+ProbeOpt = Annotated[Optional[List[str]], typer.Option(
+    "--probe", metavar="NAME[,NAME]",
+    help="Probes to run beside the recording: attention, sparsity, dead, rank (and init, steps, histogram), "
+         "or a custom probe module:function (module, inputs, output) -> dict of numbers, which needs "
+         "--allow-import. Added to the spec's probes: section. Repeatable.",
+    show_default=False,
+)]
 FixOpt = Annotated[bool, typer.Option(
     "--fix/--no-fix", help="When the forward raises, re-run it on a copy to trace the bad input back and "
                            "to verify the suggested fix (default: yes).",
@@ -55,9 +63,17 @@ def command(
     svg: SvgOpt = None,
     html: HtmlOpt = None,
     allow_import: AllowImportOpt = False,
+    probe: ProbeOpt = None,
     meta: Annotated[bool, typer.Option(
         "--meta", help="Shape-only dry run on torch's meta device (any model size, no weights allocated): "
                        "shapes, dtypes, parameter counts and estimated memory per layer; no statistics.",
+    )] = False,
+    plot: inspect_plot.PlotOpt = None,
+    compare: inspect_plot.CompareOpt = None,
+    plot_histograms: inspect_plot.HistogramsOpt = None,
+    steps: Annotated[bool, typer.Option(
+        "--steps", help="Recurrent layers over time (= --probe steps): per time step, the hidden-state norm, the "
+                        "gradient norm reaching the step's input and, for layerlab's own cells, gate saturation.",
     )] = False,
 ) -> int:
     """Run a layer or block forward and backward, and show every step: shapes, values,
@@ -72,6 +88,7 @@ def command(
     if not json:  # under --json nothing is drawn, so nothing is saved (a warning says so below)
         check_writable(svg, "--svg")  # before the run, not after it
         check_writable(html, "--html")
+    inspect_plot.check(plot, plot_histograms, compare, meta)  # before the run, like --svg/--html
     options = overrides(device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape,
                         backward=None if backward else False, meta=meta)  # --meta: built without weights
     target = resolve(spec, options=options, allow_import=allow_import, reference=False)
@@ -82,12 +99,17 @@ def command(
 
     from layerlab.probe.run import inspect
 
+    probes = _probes(target, probe, allow_import)
     pos, kw = target.split()
     report = inspect(
         target.module, *pos, backward=target.backward, seed=target.seed, mode=target.mode,
-        forward_kwargs=kw, ops=ops, fix=fix, meta=meta,
+        forward_kwargs=kw, ops=ops, fix=fix, meta=meta, probes=[*probes, *(inspect_plot.probes_for(plot_histograms) or []), *(["steps"] if steps else [])] or None,
     )
     out = Output(json_mode=json, record=bool(svg or html))
+    compared = inspect_plot.run_compare(compare, options, allow_import, ops, fix, out) \
+        if compare else None
+    pictures = inspect_plot.draw(report, inspect_plot.label_of(target, spec), plot, plot_histograms, compared, out,
+                                 inline=bool(html) and not json)
     if json:
         out.json(report)
     else:
@@ -115,12 +137,25 @@ def command(
             console.width = normal
         if html:
             out.save_html(str(html))
+            inspect_plot.embed(html, pictures)
     if json and (svg or html):
         out.warn("--svg/--html save the human view; with --json nothing was drawn, so nothing was saved")
     if not report.ok:
         out.error(_verdict(report))
         return 1
     return 0
+
+
+def _probes(target, option, allow_import: bool) -> list:
+    """The spec's ``probes:`` section, then ``--probe``'s (a name given twice runs once)."""
+    if "probes" not in target.sections and not option:
+        return []
+    from layerlab.probe.probes.spec import from_option, from_section
+
+    found = []
+    if "probes" in target.sections:
+        found += from_section(target.sections["probes"], target.marks, allow_import, target.base_dir)
+    return found + from_option(option, allow_import)
 
 
 def _verdict(report) -> CheckFailed:

@@ -29,6 +29,7 @@ from layerlab.cli.render_inspect_forward import (  # noqa: F401  (shape, module_
 )
 from layerlab.cli.render_inspect_params import param_table  # noqa: F401  (re-exported)
 from layerlab.cli.render_inspect_wide import WideForward
+from layerlab.cli.render_probes import probe_parts
 from layerlab.probe.report import InspectReport, TensorInfo
 
 
@@ -335,7 +336,7 @@ def render(report: InspectReport, depth: Optional[int] = None, title: Optional[s
         parts += [Text(""), failure]
     tables = [Fit(lambda w: backward_table(report, depth, w)) if report.backward.ran else None,
               Fit(lambda w: param_table(report, depth, w)) if report.backward.ran and report.params else None,
-              checks_table(report), notes_block(report)]
+              checks_table(report), *probe_parts(report), notes_block(report)]
     for part in tables:
         if part is not None:
             parts += [Text(""), part]

@@ -184,6 +184,10 @@ def inspect(
         report.memory = estimate(recorder, module)
         explain_meta_failure(failure)
     report.ops = trace.records if trace is not None else None
+    if not meta and failure is None and not any(getattr(p, "name", "") == "init" for p in probe_list):
+        from layerlab.probe.probes.init_findings import add_init_findings  # weights + stats: no hooks
+
+        add_init_findings(report, module)  # the short form of --probe init
     if probe_list:
         _probe_results(report, probe_list, timing)
     timing["report_s"] = time.perf_counter() - start

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple
 
 from layerlab.errors import Problem
 
-__all__ = ["Probe", "ProbeRow", "ProbeResult", "ProbeRun"]
+__all__ = ["Probe", "ProbeRow", "ProbeResult", "ProbeRun", "quiet"]
 
 
 @dataclass
@@ -88,6 +88,7 @@ class ProbeRun:
         self._handles: List[Any] = []
         self._contexts: List[Callable[[], Any]] = []
         self._calls: Dict[int, int] = {}
+        self._counted: set = set()
 
     def forward_hook(self, module: Any, fn: Callable, *, pre: bool = False, with_kwargs: bool = False) -> None:
         """Register a forward (pre-)hook on ``module``; it is removed when the run ends.
@@ -96,8 +97,14 @@ class ProbeRun:
         :class:`~layerlab.probe.hooks.ProbeBug` so that inspect never blames the model for it.
         A probe's hook must return ``None`` (it observes; it never replaces inputs or outputs).
         """
+        if id(module) not in self._counted:  # one counter per module, shared by every probe's hooks
+            self._counted.add(id(module))
+            self._handles.append(module.register_forward_pre_hook(self._count))
         register = module.register_forward_pre_hook if pre else module.register_forward_hook
         self._handles.append(register(_guarded(fn), with_kwargs=with_kwargs))
+
+    def _count(self, module: Any, args: Any) -> None:
+        self._calls[id(module)] = self._calls.get(id(module), 0) + 1
 
     def tensor_hook(self, tensor: Any, fn: Callable) -> None:
         """Register a gradient hook on ``tensor`` (removed when the run ends); like
@@ -109,8 +116,12 @@ class ProbeRun:
         self._contexts.append(factory)
 
     def call_number(self, module: Any) -> int:
-        """Count one more call of ``module`` and return its number (1-based), as the report's
-        ``CallRecord.call`` counts them. Call it once per forward-hook invocation."""
+        """The number (1-based) of the call of ``module`` now running, as the report's
+        ``CallRecord.call`` counts them. For a module hooked with :meth:`forward_hook` it is counted
+        once per call whatever the number of probes and hooks (ask as often as needed); for any
+        other module each ask counts one more call."""
+        if id(module) in self._counted:
+            return self._calls.get(id(module), 0)
         n = self._calls.get(id(module), 0) + 1
         self._calls[id(module)] = n
         return n
@@ -139,6 +150,16 @@ def _guarded(fn: Callable) -> Callable:
         return None
 
     return hook
+
+
+@contextlib.contextmanager
+def quiet():
+    """Where a probe computes: no autograd graph, and no ``TorchFunctionMode`` sees its ops (the
+    op trace records the model's ops, not layerlab's; another probe's mode must not count them)."""
+    import torch
+
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        yield
 
 
 class Probe:
