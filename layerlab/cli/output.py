@@ -73,8 +73,15 @@ class Output:
             self.out.print(r)
 
     def json(self, obj: Any) -> None:
-        """Print ``obj`` as JSON on stdout."""
-        sys.stdout.write(dumps(obj) + "\n")
+        """Print ``obj`` as JSON on stdout, with the run's manifest (:mod:`layerlab.run_manifest`:
+        versions, device, dtype, threads, seed, the spec's hash) added under ``"manifest"``, so every
+        command's report can be compared with ``layerlab diff``."""
+        data = to_jsonable(obj)
+        if isinstance(data, dict) and "manifest" not in data:
+            from layerlab.run_manifest import cli_manifest
+
+            data = {**data, "manifest": cli_manifest()}
+        sys.stdout.write(dumps(data) + "\n")
         sys.stdout.flush()
 
     def save_svg(self, path: str, title: str = "layerlab", flag: str = "--svg") -> None:

@@ -49,9 +49,12 @@ def resolve(target: str, *, options: Any = None, allow_import: bool = False, str
     ``reference=False``: the command never uses the reference, so it is not built. A missing file or
     an unknown name is a usage error whose hint names what exists (``configs/…``, a registry name).
     """
+    from layerlab.run_manifest import remember_target
     from layerlab.target.build import resolve as build
 
-    return build(target, overrides=options, allow_import=allow_import, strict=strict, reference=reference)
+    built = build(target, overrides=options, allow_import=allow_import, strict=strict, reference=reference)
+    remember_target(target, built)  # the --json manifest records its spec hash, seed, dtype, device
+    return built
 
 
 def device_of(name: Optional[str]):
