@@ -1,0 +1,177 @@
+"""Which numbers of a half run are problems, the first module that has one, and why.
+
+Rules (``tol`` = :class:`~layerlab.mixed.dtypes.Tolerance` of the run's dtype):
+
+* **non-finite** — an output is inf/NaN where float32 is finite and the call's inputs were finite
+  in this run (it made them itself); ``overflow`` when float32 values there exceed the dtype's range.
+* **precision** — ``error > tol.output`` and ``error > tol.gain × input_error``: the call's own
+  computation added the error (an error carried in from before is not this call's fault).
+* A flagged call with a flagged call inside it is ``inherited``: only the innermost is blamed.
+  The *first* finding is the innermost flagged call that started first (forward order).
+* **underflow** (float16 runs) — more than 1 % of a parameter gradient's norm is carried by
+  elements that are small (below 2⁻¹⁴) in float32 and exactly 0 here.
+* **gradient** — a parameter gradient's error above ``tol.grad``: a warning naming it (the
+  backward of everything after it contributes; the forward rows say where, if anywhere).
+* The model output's error above ``tol.output`` with no call flagged: a warning (error that
+  grows module by module, no single culprit).
+
+:func:`forecast` reads float16's future from the float32 run alone: values above 65504 and
+gradients that float16 would flush to zero. Those are warnings; the float16 run is the test.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional
+
+from layerlab.mixed import causes
+from layerlab.mixed.capture import Key
+from layerlab.mixed.compare import ops_by_call
+from layerlab.mixed.dtypes import FP16_MAX, UNDERFLOW_FRACTION, Tolerance
+from layerlab.mixed.report import Finding, ModuleRow, ParamRow
+from layerlab.mixed.runs import RunResult
+
+#: how many flagged calls beyond the first get their own finding
+MORE_FINDINGS = 3
+
+
+def _eps(value: float, tol: Tolerance) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2g} ({value / tol.eps:.3g}·eps)"
+
+
+def flag(rows: List[ModuleRow], ref: RunResult, run: RunResult, tol: Tolerance) -> None:
+    """Set each row's ``flags`` (non-finite, overflow, precision, inherited)."""
+    for row in rows:
+        key = (row.path, row.call)
+        r, c = ref.calls[key], run.calls[key]
+        ref_finite = all(o.finite for o in r.outputs)
+        inputs_finite = all(i.finite for i in c.inputs)
+        if not row.finite and ref_finite and inputs_finite:
+            row.flags.append("non-finite")
+            if row.dtype == "float16" or tol.dtype == "float16":
+                big = max([row.amax or 0.0] + [op.amax or 0.0 for op in ref.ops if op.key == key])
+                if big > FP16_MAX:
+                    row.flags.append("overflow")
+        elif row.finite and row.error is not None and not math.isnan(row.error) and row.error > tol.output \
+                and (not row.input_error or row.error > tol.gain * row.input_error):
+            row.flags.append("precision")
+    flagged = {(r.path, r.call): r for r in rows if r.flags}
+    blamed = set(innermost(flagged, ref))
+    for key, row in flagged.items():
+        if key not in blamed:
+            row.flags.append("inherited")
+
+
+def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, run: RunResult, tol: Tolerance,
+             device_type: str) -> List[Finding]:
+    """The run's findings, the first (innermost, earliest) failing module first."""
+    label = run.setting.label
+    out: List[Finding] = []
+    half_ops = ops_by_call(run.ops)
+    ref_ops = ops_by_call(ref.ops)
+    blamed = [r for r in rows if r.flags and "inherited" not in r.flags]
+    for row in blamed[:1 + MORE_FINDINGS]:
+        key: Key = (row.path, row.call)
+        library = ref.calls[key].library
+        if "non-finite" in row.flags:
+            cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type)
+            if cause is None:
+                cause = causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library)
+            message = f"{row.label} ({row.class_name}) outputs inf/NaN in {label}; float32 is finite there"
+            kind = "overflow" if "overflow" in row.flags else "non-finite"
+        else:  # a float16 value past 65504 saturates as often as it goes non-finite (tanh(inf) = 1)
+            cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type) or \
+                causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library)
+            inherited = f"; its inputs carried {_eps(row.input_error, tol)}" if row.input_error else \
+                "; its inputs were exact"
+            message = (f"{row.label} ({row.class_name}) loses precision in {label}: output error "
+                       f"{_eps(row.error, tol)} > {tol.output:.2g}{inherited}")
+            kind = "precision"
+        out.append(Finding(severity="error", kind=kind, where=row.label, message=message,
+                           cause=cause.text if cause else "I can't tell which op: it is not one the rules "
+                                                            "know (see the ops column)",
+                           fix=cause.fix if cause else causes.unexplained_fix(device_type),
+                           source=cause.source if cause else None, run=label))
+    if len(blamed) > 1 + MORE_FINDINGS:
+        out.append(Finding(severity="info", kind="precision", where="", run=label,
+                           message=f"{len(blamed) - 1 - MORE_FINDINGS} more module call(s) flagged (see the table)"))
+    out.extend(_underflow(param_rows, tol, label))
+    out.extend(_gradient(param_rows, tol, label, bool(out)))
+    root = next((r for r in rows if r.path == "" and r.call == 1), None)
+    if not blamed and root is not None and root.error is not None and root.finite and root.error > tol.output:
+        out.append(Finding(severity="warning", kind="precision", where="(root)", run=label,
+                           message=f"the model's output error {_eps(root.error, tol)} is above {tol.output:.2g}, "
+                                   "yet no single module adds it: it grows module by module",
+                           fix="run the largest-error modules in float32 to see which ones matter"))
+    return out
+
+
+def _underflow(param_rows: List[ParamRow], tol: Tolerance, label: str) -> List[Finding]:
+    if tol.dtype != "float16":
+        return []
+    bad = [p for p in param_rows if p.zeroed > UNDERFLOW_FRACTION]
+    out = []
+    for p in bad[:MORE_FINDINGS]:
+        out.append(Finding(severity="error", kind="underflow", where=p.name, run=label,
+                           message=f"{100 * p.zeroed:.1f}% of the gradient of {p.name} (by norm) is 0 in {label}: "
+                                   "its small elements underflow",
+                           cause="float16 flushes |g| < 2⁻²⁵ to 0 (its smallest subnormal is 2⁻²⁴ ≈ 6e-8)",
+                           fix=causes.underflow_fix("float16")))
+    return out
+
+
+def _gradient(param_rows: List[ParamRow], tol: Tolerance, label: str, explained: bool) -> List[Finding]:
+    bad = [p for p in param_rows if p.error is not None and not math.isnan(p.error) and p.error > tol.grad]
+    if not bad:
+        return []
+    worst = max(bad, key=lambda p: p.error)
+    why = "the forward finding above is the likely source" if explained else \
+        "no forward output is off by as much: the loss of precision is in the backward"
+    return [Finding(severity="warning", kind="gradient", where=worst.name, run=label,
+                    message=f"gradient of {worst.name} is off by {_eps(worst.error, tol)} > {tol.grad:.2g} in {label}"
+                            + (f" ({len(bad) - 1} more parameter(s) above it)" if len(bad) > 1 else ""),
+                    cause=why)]
+
+
+def forecast(ref: RunResult, device_type: str, fp16_ran: bool) -> List[Finding]:
+    """float16 overflow and underflow read from the float32 values (warnings; ``info`` when a
+    float16 run measured the real thing)."""
+    severity = "info" if fp16_ran else "warning"
+    out: List[Finding] = []
+    by_call: Dict[Key, list] = ops_by_call(ref.ops)
+    found = {}
+    for key, call in ref.calls.items():
+        amax = max((o.amax for o in call.outputs), default=0.0)
+        cause = causes.overflow(call.class_name, amax, by_call.get(key, []), "float16", device_type)
+        if cause is not None:
+            found[key] = cause
+    for key in innermost(found, ref)[:1]:
+        cause, call = found[key], ref.calls[key]
+        where = key[0] or "(root)"
+        out.append(Finding(severity=severity, kind="fp16-overflow", where=where, source=cause.source,
+                           message=f"{where} ({call.class_name}) would overflow in float16: {cause.text}",
+                           fix=cause.fix, run="float32 values"))
+    from layerlab.mixed.capture import below_share
+    from layerlab.mixed.compare import negligible_grads
+
+    noise = negligible_grads(ref.grads)
+    for name, g in ref.grads.items():
+        share = below_share(g, 2.0 ** -25) if g is not None and name not in noise else 0.0
+        if share > UNDERFLOW_FRACTION:
+            out.append(Finding(severity=severity, kind="fp16-underflow", where=name, run="float32 values",
+                               message=f"{100 * share:.1f}% of the gradient of {name} (by norm) is below 2⁻²⁵ in "
+                                       "float32: float16 flushes it to 0 (under this check's unit-norm loss)",
+                               fix=causes.underflow_fix("float16")))
+            break
+    return out
+
+
+def innermost(keys, ref: RunResult) -> List[Key]:
+    """The calls of ``keys`` with none of ``keys`` inside them, in the order they started."""
+    outer = set()
+    for key in keys:
+        parent = ref.calls[key].parent
+        while parent is not None and parent not in outer:
+            outer.add(parent)
+            parent = ref.calls[parent].parent if parent in ref.calls else None
+    return sorted((k for k in keys if k not in outer), key=lambda k: ref.calls[k].order)

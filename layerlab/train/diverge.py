@@ -1,0 +1,55 @@
+"""The first step where the loss or a gradient is NaN/Inf, and the module it came from.
+
+The training loop stops at that step with the weights as they were when it ran; this module
+re-runs that one step through :func:`layerlab.inspect` on a copy (so the copy's hooks see every
+module call) with the same loss, and takes inspect's own verdicts: the first module whose *output*
+is not finite while its inputs were (``nonfinite-forward``), else the first module, in backward
+order, whose input gradient is not finite while its output gradient was (``nonfinite-backward``).
+When neither names a module, the outputs were finite and the loss itself overflowed: ``(loss)``.
+
+Weights that an update made non-finite (finite gradients times a huge learning rate) need no
+re-run: the update of that step did it, and the parameters are named.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional
+
+from layerlab.errors import LayerlabError
+from layerlab.train.report import NonFinite
+
+__all__ = ["locate", "weights_blew_up"]
+
+
+def locate(model: Any, positional: list, keyword: Dict[str, Any], objective: Any, step: int, what: str,
+           params: List[str], seed: int) -> NonFinite:
+    """Re-run ``step`` on a copy of ``model`` under ``layerlab.inspect``; the module to blame."""
+    from layerlab.probe.run import inspect
+
+    twin = copy.deepcopy(model)
+    try:
+        report = inspect(twin, *positional, loss=objective, seed=seed, mode=None, fix=False, ops=False,
+                         forward_kwargs=keyword)
+    except LayerlabError as exc:  # the step raised under inspect: say so rather than guess
+        return NonFinite(step, what, "?", f"re-running step {step} under layerlab.inspect raised: {exc.message}",
+                         params)
+    codes = ("nonfinite-forward",) if what == "loss" else ("nonfinite-forward", "nonfinite-backward")
+    for code in codes:
+        found = [p for p in report.problems if p.code == code]
+        if found:
+            return NonFinite(step, what, found[0].where or "(root)", found[0].message, params)
+    if what == "loss":
+        message = f"every module output is finite at step {step}, but the loss is not: it overflowed"
+    else:
+        message = (f"the loss is finite at step {step} but gradients are not, and no module's backward is "
+                   "seen to produce it (a custom autograd.Function, or an op between modules)")
+    return NonFinite(step, what, "(loss)" if what == "loss" else "?", message, params)
+
+
+def weights_blew_up(step: int, params: List[str], lr: Optional[float]) -> NonFinite:
+    rate = f" (lr {lr:g})" if lr is not None else ""
+    owner = params[0].rpartition(".")[0] or "(root)"
+    return NonFinite(step, "weights", owner,
+                     f"the update of step {step}{rate} made {', '.join(params[:4])} not finite: the gradients were "
+                     "finite, the step times the learning rate overflowed", params)

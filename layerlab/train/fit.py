@@ -1,0 +1,71 @@
+"""Did the loss fall on one fixed batch? The verdict and the reason a model may not fit exactly.
+
+The loss of the last few steps (their minimum, so one noisy step from dropout does not decide)
+against the first step's:
+
+* ``overfits``: ≥ :data:`EXPECTED` (10×) smaller — the model can memorise one batch;
+* ``falls``: at least :data:`MIN_FALL` (10 %) smaller but short of 10×. Not a failure: a model
+  with fewer trainable parameters than target values cannot fit a random target exactly (a Conv2d
+  with 448 weights mapping to 8192 random numbers has a least-squares floor well above 0), and
+  a deep or recurrent model may need more steps; the message says which applies;
+* ``flat`` (within ±10 %) or ``rises`` (> 10 % larger): a failure — whatever the capacity, a few
+  dozen steps on one batch lower a loss that is wired up right;
+* ``nonfinite``: the run stopped at a NaN/Inf (see :mod:`layerlab.train.diverge`).
+
+A loss already 0 (or ≤ 1e-12) at the first step has nothing to fall from: ``overfits``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional
+
+from layerlab.train.report import FitVerdict
+
+__all__ = ["EXPECTED", "MIN_FALL", "judge"]
+
+EXPECTED = 10.0
+MIN_FALL = 0.10
+_TAIL = 5
+
+
+def judge(losses: List[float], steps: int, trainable: int, target_values: Optional[int],
+          stopped: bool) -> FitVerdict:
+    initial = losses[0] if losses else math.nan
+    tail = [v for v in losses[-_TAIL:] if math.isfinite(v)]
+    final = min(tail) if tail else math.nan
+    if stopped or not math.isfinite(initial) or not tail:
+        return FitVerdict("nonfinite", initial, final, math.nan, EXPECTED, trainable, target_values,
+                          f"the run stopped at step {len(losses) - 1}: the loss or a gradient was not finite")
+    if abs(initial) <= 1e-12:
+        return FitVerdict("overfits", initial, final, math.inf, EXPECTED, trainable, target_values,
+                          "the loss is already 0 at the first step: nothing to fall from")
+    n = len(losses)
+    if initial < 0 or final < 0:  # a loss that can go negative (nll of unnormalised scores) has no "×"
+        factor = math.nan
+        fell, rose = final <= initial - MIN_FALL * abs(initial), final > initial + MIN_FALL * abs(initial)
+        verdict = "falls" if fell else "rises" if rose else "flat"
+        return FitVerdict(verdict, initial, final, factor, EXPECTED, trainable, target_values,
+                          f"{initial:.4g} → {final:.4g} in {n} steps (a loss below 0 has no floor to fall to)")
+    factor = initial / final if final > 0 else math.inf
+    if factor >= EXPECTED:
+        return FitVerdict("overfits", initial, final, factor, EXPECTED, trainable, target_values,
+                          f"fell {_x(factor)} in {n} steps: it can overfit one batch")
+    if final <= initial * (1 - MIN_FALL):
+        if target_values is not None and trainable < target_values:
+            why = (f"it cannot fit a random target exactly: {trainable:,} trainable values for "
+                   f"{target_values:,} target values, so the loss has a floor above 0")
+        else:
+            why = f"short of {EXPECTED:g}×: more steps (--steps {steps * 4}) or a larger --lr should get there"
+        return FitVerdict("falls", initial, final, factor, EXPECTED, trainable, target_values,
+                          f"fell {_x(factor)} in {n} steps; {why}")
+    if final <= initial * (1 + MIN_FALL):
+        return FitVerdict("flat", initial, final, factor, EXPECTED, trainable, target_values,
+                          f"did not fall in {n} steps ({initial:.4g} → {final:.4g}): the model is not learning "
+                          "this batch")
+    return FitVerdict("rises", initial, final, factor, EXPECTED, trainable, target_values,
+                      f"rose in {n} steps ({initial:.4g} → {final:.4g}): the steps go the wrong way or are too large")
+
+
+def _x(factor: float) -> str:
+    return f"{factor:.3g}×" if math.isfinite(factor) else "to 0"

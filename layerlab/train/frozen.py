@@ -1,0 +1,231 @@
+"""Parameters that never changed, and why; dead ReLUs; layers that train/eval mode switched off.
+
+What is seen, and how:
+
+* **which parameters the loss can reach**: the autograd graph of the first step's loss, walked from
+  ``loss.grad_fn`` to its ``AccumulateGrad`` leaves (each holds the parameter it feeds), before
+  backward frees it. The same walk from every *other* output of the model tells a parameter that
+  feeds only an output the loss does not read (``wrong-output``: the model returns
+  ``(logits, aux)``, the loss reads ``aux``, the head never trains) from one that feeds nothing;
+* **which modules ran, and with gradients on**: forward hooks on the first step. A module that
+  never ran is unused; one whose outputs carry no graph ran under ``torch.no_grad``; one that ran
+  with a graph that never reaches the loss was cut off (``.detach()``, ``.data``) or its output
+  was dropped — layerlab cannot tell those two apart and says so;
+* **gradients exactly 0 at every step** while a path exists (``zero-grad``): something on the path
+  passes nothing. ReLU/ReLU6 modules whose every output is 0 at every step are named as the likely
+  cause (``dead-relu``); a ReLU called as a function (``F.relu``) is invisible to module hooks;
+* **not in the optimizer**, **requires_grad=False** (a warning: freezing a backbone is often meant).
+
+Findings about many parameters are grouped under the outermost module all of whose parameters
+share the finding (``branch`` rather than ``branch.0.weight``, ``branch.0.bias``, …).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+import torch
+from torch import nn
+
+from layerlab.errors import Problem
+from layerlab.target.bind import flatten
+
+__all__ = ["Watch", "reachable", "parameter_findings", "mode_findings"]
+
+_RELUS = (nn.ReLU, nn.ReLU6)
+_DROPOUTS = (nn.modules.dropout._DropoutNd,)
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+
+
+def reachable(roots: Iterable[torch.Tensor]) -> Set[int]:
+    """ids of the leaf tensors (parameters) the autograd graph of ``roots`` leads to."""
+    seen: Set[int] = set()
+    leaves: Set[int] = set()
+    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)  # AccumulateGrad
+        if isinstance(variable, torch.Tensor):
+            leaves.add(id(variable))
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return leaves
+
+
+class Watch:
+    """Forward hooks: which modules ran on the first step (and with a graph), and ReLUs' liveness."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.paths = {id(m): p for p, m in model.named_modules()}
+        self.called: Set[str] = set()
+        self.with_graph: Set[str] = set()
+        self.relu_alive: Dict[str, bool] = {}
+        self.relu_calls: Dict[str, int] = {}
+        #: module path → whether a non-zero gradient reached its output on the first step
+        self.output_grad: Dict[str, bool] = {}
+        self.first = True
+        self._handles = [m.register_forward_hook(self._hook) for m in model.modules()]
+
+    def _hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        path = self.paths.get(id(module), "?")
+        if self.first:
+            self.called.add(path)
+            for _, t in flatten(output):
+                if t.requires_grad:
+                    self.with_graph.add(path)
+                    t.register_hook(self._grad_seen(path))
+        if isinstance(module, _RELUS) and isinstance(output, torch.Tensor):
+            self.relu_calls[path] = self.relu_calls.get(path, 0) + 1
+            with torch.no_grad():
+                alive = bool((output != 0).any())
+            self.relu_alive[path] = self.relu_alive.get(path, False) or alive
+
+    def _grad_seen(self, path: str):
+        def hook(grad: torch.Tensor) -> None:
+            self.output_grad[path] = self.output_grad.get(path, False) or bool((grad != 0).any())
+        return hook
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def dead_relus(self) -> List[str]:
+        return [p for p, alive in self.relu_alive.items() if not alive]
+
+
+def _outermost(model: nn.Module, names: Set[str]) -> List[str]:
+    """Module paths whose parameters all lie in ``names``, outermost first, none inside another; a
+    parameter whose module also holds others not in ``names`` (a weight whose bias is fine) is
+    reported under its own module."""
+    picked: List[str] = []
+    for path, module in model.named_modules():
+        own = {f"{path}.{n}" if path else n for n, _ in module.named_parameters()}
+        if not own or not own <= names:
+            continue
+        if any(path == p or p == "" or path.startswith(p + ".") for p in picked):
+            continue
+        picked.append(path)
+    covered = {n for n in names if any(p == "" or n.startswith(p + ".") for p in picked)}
+    for n in sorted(names - covered):
+        owner = n.rpartition(".")[0]
+        if owner not in picked:
+            picked.append(owner)
+    return picked
+
+
+def _label(model: nn.Module, path: str) -> str:
+    cls = type(model.get_submodule(path)).__name__
+    return f"{path or '(root)'} ({cls})"
+
+
+def parameter_findings(model: nn.Module, names: List[str], params: List[torch.Tensor], *, in_optimizer: Set[int],
+                       had_grad: List[bool], nonzero_grad: List[bool], loss_reach: Set[int],
+                       output_reach: Dict[str, Set[int]], loss_output: str, watch: Watch) -> List[Problem]:
+    """One finding per reason and outermost module: see the module docstring."""
+    reasons: Dict[str, Set[str]] = {}
+    for name, p, got, nonzero in zip(names, params, had_grad, nonzero_grad):
+        if not p.requires_grad:
+            code = "requires-grad-false"
+        elif not got:
+            code = "wrong-output" if any(id(p) in r for r in output_reach.values()) and id(p) not in loss_reach \
+                else "no-grad"
+        elif id(p) not in in_optimizer:
+            code = "not-in-optimizer"
+        elif not nonzero:
+            code = "zero-grad"
+        else:
+            continue
+        reasons.setdefault(code, set()).add(name)
+    found: List[Problem] = []
+    by_id = dict(zip(names, params))
+    for code, members in reasons.items():
+        for path in _outermost(model, members):
+            own = [n for n in members if not path or n.startswith(path + ".")]
+            found.append(_explain(code, model, path, own, by_id, output_reach, loss_output, watch))
+    return found
+
+
+def _explain(code: str, model: nn.Module, path: str, own: List[str], by_name: Dict[str, torch.Tensor],
+             output_reach: Dict[str, Set[int]], loss_output: str, watch: Watch) -> Problem:
+    who = _label(model, path)
+    where = path or "(root)"
+    data = {"params": own}
+    if code == "requires-grad-false":
+        return Problem(code, f"{who}: requires_grad=False, so it is never trained", where=where, severity="warning",
+                       hint="fine for a frozen layer; otherwise set requires_grad=True", data=data)
+    if code == "not-in-optimizer":
+        return Problem(code, f"{who}: gets gradients, but the optimizer does not hold its parameters, so they "
+                       "never change", where=where, severity="error",
+                       hint="build the optimizer on model.parameters(), or add this module's parameters", data=data)
+    if code == "wrong-output":
+        ids = {id(by_name[n]) for n in own}
+        feeds = [o for o, r in output_reach.items() if ids & r]
+        return Problem(code, f"{who} feeds {', '.join(feeds)} only, but the loss reads {loss_output}: no gradient "
+                       "reaches it and it is never trained", where=where, severity="error",
+                       hint="make the loss read the output this module computes (output: in train:, output= in "
+                            "Python), or check what forward returns", data={**data, "feeds": feeds})
+    if code == "zero-grad":
+        return _zero_grad(who, where, path, data, watch)
+    if path not in watch.called:
+        why = "it was never called in forward (unused)"
+    elif path not in watch.with_graph:
+        why = "it ran with gradients off (torch.no_grad / inference_mode), so its output carries no graph"
+    else:
+        why = ("it ran, but its output never reaches the loss: cut off by .detach()/.data, or computed and "
+               "not used")
+    return Problem("no-grad", f"{who}: no gradient reaches its parameters — {why}; they never change", where=where,
+                   severity="error", data={**data, "called": path in watch.called},
+                   hint="remove the .detach()/no_grad on its path, or drop the module if it is not needed")
+
+
+def _zero_grad(who: str, where: str, path: str, data: dict, watch: Watch) -> Problem:
+    """Zero because nothing arrives (the module's output gradient is 0: an error) or because what the
+    parameter multiplies is 0 in this batch (its output gradient is not: an RNN cell's zero state)."""
+    dead = watch.dead_relus()
+    data = {**data, "dead_relus": dead, "output_grad": watch.output_grad.get(path)}
+    said = f"{who}: its gradient is exactly 0 at every step, so it never changes"
+    if dead:
+        return Problem("zero-grad", f"{said}; ReLU {', '.join(dead)} output 0 everywhere at every step (dead), so "
+                       "no gradient passes it", where=where, severity="error", data=data,
+                       hint="look at the bias/initialisation feeding the ReLU, or use LeakyReLU/GELU")
+    if watch.output_grad.get(path):
+        return Problem("zero-grad", f"{said}; a gradient does reach the output of {where}, so what this parameter "
+                       "multiplies is 0 in this batch (an all-zero input or state, such as a recurrent cell's "
+                       "default zero hidden state)", where=where, severity="warning", data=data,
+                       hint="give it a non-zero input/state (hx) if it should learn from this batch")
+    return Problem("zero-grad", f"{said}; no gradient signal arrives at {where}: something between it and the loss "
+                   "passes none (a saturated activation, a multiply by 0, a dead F.relu layerlab cannot see)",
+                   where=where, severity="error", data=data, hint="inspect the layers after it: layerlab inspect")
+
+
+def output_reach(output: Any, skip: str) -> Dict[str, Set[int]]:
+    """Per output tensor other than ``skip`` (the one the loss reads): the parameters it depends on."""
+    return {p: reachable([t]) for p, t in flatten(_plain(output)) if p != skip and t.grad_fn is not None}
+
+
+def _plain(output: Any) -> Any:
+    if hasattr(output, "to_tuple") and not isinstance(output, dict):
+        return dict(output.items())
+    return output
+
+
+def mode_findings(model: nn.Module) -> Optional[Problem]:
+    """Dropout and BatchNorm-type modules in eval mode while the model is being trained."""
+    idle = [(p, m) for p, m in model.named_modules() if not m.training
+            and ((isinstance(m, _DROPOUTS) and getattr(m, "p", 0) > 0)
+                 or (isinstance(m, _NORMS) and getattr(m, "track_running_stats", False)))]
+    if not idle:
+        return None
+    kinds = sorted({"dropout" if isinstance(m, _DROPOUTS) else "BatchNorm/InstanceNorm" for _, m in idle})
+    names = ", ".join(p or "(root)" for p, _ in idle[:6]) + (f" and {len(idle) - 6} more" if len(idle) > 6 else "")
+    effect = []
+    if "dropout" in kinds:
+        effect.append("dropout is inactive (nothing dropped)")
+    if len(kinds) > 1 or "dropout" not in kinds:
+        effect.append("normalisation uses its running statistics, not the batch's, and does not update them")
+    return Problem("eval-mode", f"trained in eval mode: {names} — {'; '.join(effect)}", where=idle[0][0] or "(root)",
+                   severity="warning", hint="a training loop calls model.train() (--mode train)",
+                   data={"modules": [p for p, _ in idle]})

@@ -1,0 +1,355 @@
+"""``layerlab.train_check``: N optimizer steps on one fixed batch, and what they show.
+
+    >>> import torch, layerlab
+    >>> _ = torch.manual_seed(0)
+    >>> model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    >>> report = layerlab.train_check(model, torch.randn(4, 8))
+    >>> report.ok, report.fit.verdict
+    (True, 'overfits')
+
+The classic sanity checks before a long training run, on a *copy* of the model (the user's module,
+its weights and its optimizer are never touched): can it overfit one batch (:mod:`~.fit`), does
+every parameter get a gradient and change (:mod:`~.frozen`), is each update a sane fraction of the
+weights (:mod:`~.updates`), and where does a NaN/Inf first appear (:mod:`~.diverge`).
+
+Defaults: Adam, lr 1e-2 (SGD: 0.1), 50 steps. A single-batch check wants each step to move the
+weights by about a percent — Adam's step is ≈ lr per element, ≈ 1e-2 / 0.1 for a default-initialised
+layer — so that a model that can fit the batch does so within 50 steps; torch's 1e-3 moves them 10×
+slower and leaves most models short of it. The loss, target and output the loss reads are described
+in :mod:`~.loss`; a spec's ``train:`` section in :mod:`~.section`. The global RNG is seeded for the
+run (dropout masks) and restored afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from layerlab.errors import CheckFailed, LayerlabError, Problem, SpecError, UsageError
+from layerlab.target.bind import describe, map_args
+from layerlab.train import diverge, fit, frozen, loss as L
+from layerlab.train.optim import build_optimizer, optimizer_names
+from layerlab.train.report import TrainReport
+from layerlab.train.section import MAX_STEPS, TrainSection, check_lr, parse_section
+from layerlab.train.updates import NOT_LEARNING, UNSTABLE, Tracker, unstable as is_unstable
+
+__all__ = ["train_check", "train_target", "DEFAULT_STEPS"]
+
+DEFAULT_STEPS = 50
+
+
+def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any = None, output: Any = None,
+                steps: Optional[int] = None, optimizer: Any = None, lr: Optional[float] = None, seed: int = 0,
+                mode: Optional[str] = None, allow_import: bool = False,
+                forward_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> TrainReport:
+    """Train a copy of the model for ``steps`` optimizer steps on one fixed batch; report what happened.
+
+    Args:
+        module_or_spec (nn.Module or str): the model (with ``*inputs``/``**kwargs`` as forward takes
+            them) or a YAML spec path (its ``train:`` section supplies the defaults below).
+        loss (str or callable, optional): ``"mse"``, ``"cross_entropy"``, ``"nll"``, ``"model"`` (the
+            output is the loss) or ``loss(prediction, target) -> scalar``. Default: the model's own
+            ``loss`` output if it returns one, else ``"mse"``.
+        target (Tensor, optional): what the prediction should become. Default: seeded random.
+        output (int or str, optional): which output the loss reads. Default: see :mod:`layerlab.train.loss`.
+        steps (int, optional): optimizer steps (≥ 2). Default: 50.
+        optimizer (optional): ``"adam"``, ``"adamw"``, ``"sgd"``, an Optimizer class, a factory
+            ``f(model) -> Optimizer`` or an Optimizer built on ``module`` (see :mod:`layerlab.train.optim`).
+        lr (float, optional): learning rate of a named optimizer. Default: 1e-2 (Adam), 0.1 (SGD).
+        seed (int, optional): seed of the default target and of dropout. Default: 0.
+        mode (str, optional): ``"train"`` or ``"eval"``; ``None`` keeps the module's flags.
+        allow_import (bool, optional): a spec may import user code (its layers, its loss).
+        forward_kwargs (dict, optional): forward keyword arguments whose names clash with these.
+
+    Returns:
+        TrainReport: ``ok`` is False when a check failed (``report.errors``).
+    """
+    from layerlab.arguments import check_seed
+
+    check_seed(seed, "seed")
+    if isinstance(module_or_spec, (str, bytes)) or hasattr(module_or_spec, "__fspath__"):
+        if inputs or kwargs:
+            raise UsageError("a spec brings its own inputs: pass no inputs with a spec path", where="inputs")
+        from layerlab.target.build import resolve
+
+        built = resolve(str(module_or_spec), overrides=_seed_only(seed), allow_import=allow_import, reference=False)
+        original = None
+    else:
+        from layerlab.target.core import from_module
+
+        if not isinstance(module_or_spec, torch.nn.Module):
+            raise UsageError("train_check takes an nn.Module (and its inputs) or a spec path", where="module",
+                             got=type(module_or_spec).__name__)
+        built = from_module(copy.deepcopy(module_or_spec), *inputs, seed=seed, forward_kwargs=forward_kwargs,
+                            **kwargs)
+        original = module_or_spec
+    return train_target(built, loss=loss, target=target, output=output, steps=steps, optimizer=optimizer, lr=lr,
+                        mode=mode, allow_import=allow_import, original=original, copied=original is not None)
+
+
+def _seed_only(seed: int):
+    from layerlab.spec import Overrides
+
+    return Overrides(seed=seed)
+
+
+def train_target(built: Any, *, loss: Any = None, target: Any = None, output: Any = None,
+                 steps: Optional[int] = None, optimizer: Any = None, lr: Optional[float] = None,
+                 mode: Optional[str] = None, allow_import: bool = False, original: Any = None, copied: bool = False,
+                 progress: Optional[Callable[[str, int, int], None]] = None) -> TrainReport:
+    """The check on a built :class:`~layerlab.target.Target` (what the CLI calls); explicit arguments win
+    over the spec's ``train:`` section. ``copied``: ``built.module`` is already a private copy."""
+    section = parse_section((built.sections or {}).get("train"), built.marks, allow_import=allow_import,
+                            base_dir=built.base_dir)
+    marks = built.marks
+    at = (lambda key: marks("train", key)) if marks is not None and "train" in (built.sections or {}) else \
+        (lambda key: key)
+    steps = steps if steps is not None else section.steps if section.steps is not None else DEFAULT_STEPS
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps <= MAX_STEPS:
+        raise UsageError("steps is a whole number of optimizer steps", where="--steps", expected=f"2 … {MAX_STEPS}",
+                         got=steps)
+    if lr is not None:
+        lr = check_lr(lr, "--lr", UsageError)
+    model = built.module if copied else copy.deepcopy(built.module)
+    if mode is not None:
+        model.train(mode == "train")
+    args = map_args(built.args, lambda t: t.detach())  # the batch is data: no gradient w.r.t. it
+    positional = [a.value for a in args if not a.keyword]
+    keyword = {a.name: a.value for a in args if a.keyword}
+    _materialise(model, positional, keyword)
+    opt, opt_text, rate = build_optimizer(optimizer if optimizer is not None else section.optimizer or "adam",
+                                          lr if lr is not None else section.lr, model, original)
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(built.seed)
+        run = _Run(model, positional, keyword, opt, steps, built.seed, progress)
+        objective = run.go(lambda out: _objective(out, section, loss, target, output, built, args, at))
+    report = _report(built, model, run, objective, opt_text, rate, steps, args, opt)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _materialise(model: torch.nn.Module, positional: list, keyword: Dict[str, Any]) -> None:
+    """Lazy modules (``nn.LazyLinear``) get their parameters on the first forward: run one, without
+    gradients, before the optimizer and the trackers look at the parameters."""
+    from torch.nn.parameter import UninitializedParameter
+
+    if any(isinstance(p, UninitializedParameter) for p in model.parameters()):
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            model(*positional, **keyword)
+
+
+class _Run:
+    """The loop: forward, loss, backward, step — recording as it goes, stopping at the first NaN/Inf."""
+
+    def __init__(self, model, positional, keyword, opt, steps, seed, progress) -> None:
+        self.model, self.positional, self.keyword, self.opt = model, positional, keyword, opt
+        self.steps, self.seed, self.progress = steps, seed, progress
+        self.losses: List[float] = []
+        self.tracker = Tracker(model)
+        self.watch = frozen.Watch(model)
+        self.loss_reach: set = set()
+        self.output_reach: Dict[str, set] = {}
+        self.nonfinite = None
+
+    def go(self, make_objective: Callable[[Any], L.Objective]) -> L.Objective:
+        objective = None
+        try:
+            for step in range(self.steps):
+                if self.progress is not None:
+                    self.progress("train", step, self.steps)
+                self.opt.zero_grad(set_to_none=True)
+                out = self._forward(step)
+                if objective is None:
+                    objective = make_objective(out)
+                value = _loss_value(objective, out)
+                if step == 0:
+                    self.loss_reach = frozen.reachable([value])
+                    self.output_reach = frozen.output_reach(out, skip=objective.output_path)
+                    self.watch.first = False
+                self.losses.append(float(value.detach()))
+                if not torch.isfinite(value.detach()):
+                    self.nonfinite = self._locate(objective, step, "loss", [])
+                    break
+                value.backward()
+                finite, bad = self.tracker.after_backward()
+                if not finite:
+                    self.nonfinite = self._locate(objective, step, "gradient", bad)
+                    break
+                self.tracker.before_update()
+                self.opt.step()
+                blown = self.tracker.after_update()
+                if blown:
+                    rate = self.opt.param_groups[0].get("lr")
+                    self.nonfinite = diverge.weights_blew_up(step, blown, rate if isinstance(rate, float) else None)
+                    break
+        finally:
+            self.watch.remove()
+        if self.progress is not None:
+            self.progress("", self.steps, self.steps)
+        self.tracker.finish()
+        return objective
+
+    def _forward(self, step: int) -> Any:
+        try:
+            return self.model(*self.positional, **self.keyword)
+        except LayerlabError:
+            raise
+        except Exception as exc:
+            raise CheckFailed(f"the model raised at step {step}: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                              where=f"step {step}", hint="layerlab inspect on the same spec names the failing "
+                              "module") from None
+
+    def _locate(self, objective, step, what, bad):
+        # the weights are those the failing step ran with (the loop stopped before updating)
+        return diverge.locate(self.model, self.positional, self.keyword, objective, step, what, bad, self.seed + step)
+
+
+def _loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
+    try:
+        value = objective(out)
+    except LayerlabError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"the loss {objective.loss_name} rejected the prediction {objective.output_path}: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0]}", where="loss",
+                        hint="pick the output with output:, or give a target that fits the loss") from None
+    if not isinstance(value, torch.Tensor) or value.dim() != 0 or not value.is_floating_point():
+        got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise SpecError(f"the loss ({objective.loss_name}) must be a floating scalar", where="loss", got=got,
+                        hint="reduce it (mean) or pick the loss output with output: loss")
+    return value
+
+
+def _objective(out: Any, section: TrainSection, loss: Any, target: Any, output: Any, built: Any, args, at
+               ) -> L.Objective:
+    """The loss, the output it reads and the target, from the first step's output."""
+    choice = output if output is not None else section.output
+    path, own_loss = L.pick_output(out, choice, at("output") if output is None else "output")
+    chosen = loss if loss is not None else section.loss
+    if chosen is None:
+        chosen = "model" if own_loss else "mse"
+    name, fn = L.loss_function(chosen, at("loss") if loss is None else "loss")
+    pred = L.select(out, path)
+    if fn is None:  # the model's output is the loss
+        if pred.dim() != 0:
+            raise SpecError(f"loss: model reads the loss the model returns, but {path} has shape {list(pred.shape)}",
+                            where=at("loss"), hint="give the model its labels (a Hugging Face model returns "
+                            "output.loss then), or name a loss: mse, cross_entropy")
+        return L.Objective(name, path, None, None, "the model's own loss")
+    if target is not None:
+        if not isinstance(target, torch.Tensor):
+            raise UsageError("target is a tensor", where="target", got=type(target).__name__)
+        value, source = target.detach(), "given"
+    elif section.target is not None:
+        value, source = _spec_target(section.target, pred, built, args), "the spec's train: target"
+    else:
+        value = L.make_target(name, pred, built.seed)
+        source = ("random class indices" if name in ("cross_entropy", "nll") else "random normal") + \
+            f" (seed {built.seed})"
+    L.check_target(name, pred, value, at("target") if target is None else "target")
+    return L.Objective(name, path, fn, value, source)
+
+
+def _spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tensor:
+    if spec.same_as is not None:
+        names = {a.name: a.value for a in args}
+        if spec.same_as not in names:
+            raise SpecError(f"train: target is same_as {spec.same_as!r}, which is not an input", where=spec.where,
+                            expected=list(names), got=spec.same_as)
+        return names[spec.same_as].detach()
+    from layerlab.spec.inputs import make_inputs
+
+    dtype = str(pred.dtype).replace("torch.", "") if pred.is_floating_point() else "float32"
+    value = make_inputs([spec], seed=L.target_seed(built.seed), dtype=dtype, device=str(pred.device))["target"]
+    return value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+
+
+def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt) -> TrainReport:
+    tracker = run.tracker
+    trainable = sum(p.numel() for p in tracker.params if p.requires_grad)
+    target_values = None if objective is None or objective.target is None else objective.target.numel()
+    verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None)
+    flags: List[Problem] = []
+    if run.nonfinite is not None:
+        nf = run.nonfinite
+        flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} not finite — {nf.message}",
+                             where=nf.where, severity="error", data={"step": nf.step, "params": nf.params},
+                             hint="lower the learning rate, or look at this module's inputs and arithmetic"))
+    elif verdict.verdict in ("flat", "rises"):
+        # a model with fewer trainable values than the random target has may have nowhere to go
+        small = target_values is not None and trainable < target_values and verdict.verdict == "flat"
+        flags.append(Problem(f"loss-{verdict.verdict}", verdict.message + (
+            f" — but with {trainable:,} trainable values for {target_values:,} random target values it may "
+            "have little room to fall" if small else ""), where="(loss)", severity="warning" if small else "error",
+            hint="see the findings below; check the loss reads the right output and the lr"))
+    no_backward = run.nonfinite is not None and run.nonfinite.step == 0 and run.nonfinite.what == "loss"
+    found = [] if no_backward else frozen.parameter_findings(  # no backward ran: no evidence either way
+        model, tracker.names, tracker.params, in_optimizer=optimizer_names(opt), had_grad=tracker.had_grad,
+        nonzero_grad=tracker.nonzero_grad, loss_reach=run.loss_reach, output_reach=run.output_reach,
+        loss_output=objective.output_path if objective else "?", watch=run.watch)
+    for path in run.watch.dead_relus():
+        flags.append(Problem("dead-relu", f"ReLU {path}: every output is 0 at every step — no gradient passes it, "
+                             "so the layers before it stop learning", where=path, severity="error",
+                             hint="a large negative bias (or a step that was too large) killed it"))
+    flags.extend(found)
+    _status_from_findings(tracker, found)
+    flags.extend(_ratio_findings(tracker, verdict.verdict == "overfits", run.nonfinite is not None))
+    idle = frozen.mode_findings(model)
+    if idle is not None:
+        flags.append(idle)
+    notes = [verdict.message]
+    if objective is not None and objective.fn is not None:
+        notes.append(f"the loss reads {objective.output_path}; target: {objective.target_source}, "
+                     f"shape {list(objective.target.shape)}")
+    first = next(iter(model.parameters()), None)
+    return TrainReport(
+        target=built.name, model=type(model).__name__, device=str(first.device) if first is not None else "cpu",
+        dtype=str(first.dtype).replace("torch.", "") if first is not None else "float32",
+        mode="train" if model.training else "eval", seed=built.seed,
+        inputs={a.name: describe(a.value) for a in args}, loss=objective.loss_name if objective else "?",
+        output=objective.output_path if objective else "?",
+        target_source=objective.target_source if objective else "?", optimizer=opt_text, lr=rate, steps=steps,
+        steps_run=len(run.losses), losses=run.losses, grad_norms=tracker.total_grad_norms, fit=verdict,
+        groups=tracker.groups, nonfinite=run.nonfinite, flags=flags, notes=notes)
+
+
+def _status_from_findings(tracker: Tracker, found: List[Problem]) -> None:
+    for problem in found:
+        names = set(problem.data.get("params", []))
+        for g in tracker.groups:
+            if names & set(g.params) and g.status == "ok":
+                g.status = problem.code
+
+
+def _ratio_findings(tracker: Tracker, overfits: bool, stopped: bool) -> List[Problem]:
+    """``unstable`` (median ratio > UNSTABLE) and ``not-learning`` (< NOT_LEARNING, unless it overfits anyway)."""
+    unstable = [g for g in tracker.groups if g.status == "ok" and is_unstable(g)]
+    slow = [g for g in tracker.groups if g.status == "ok" and g.median_ratio is not None
+            and g.median_ratio < NOT_LEARNING and not overfits and not stopped]
+    out = []
+    for g in unstable:
+        g.status = "unstable"
+    for g in slow:
+        g.status = "not-learning"
+    if unstable:
+        worst = max(unstable, key=lambda g: g.update_ratio[0] or g.median_ratio or 0)
+        first, median = (f"{v:.3g}" if v is not None else "—" for v in (worst.update_ratio[0], worst.median_ratio))
+        out.append(Problem("unstable", f"{len(unstable)} parameter group(s) change too much per step (update/weight "
+                           f"ratio {first} on the first step, median {median}, at "
+                           f"{worst.label}; healthy ≈ 1e-3 … 1e-2): the learning rate is far too high",
+                           where=worst.label,
+                           severity="error", hint="lower --lr by 10–100×; a healthy ratio is about 1e-3 … 1e-2",
+                           data={"modules": [g.label for g in unstable],
+                                 "ratios": [g.median_ratio for g in unstable]}))
+    if slow:
+        worst = min(slow, key=lambda g: g.median_ratio)
+        out.append(Problem("not-learning", f"{len(slow)} parameter group(s) change by less than {NOT_LEARNING:g} of "
+                           f"their weights per step (median update/weight ratio down to {worst.median_ratio:.3g}, "
+                           f"at {worst.label}): too small to learn in {len(worst.update_ratio)} steps",
+                           where=worst.label, severity="error", hint="raise --lr; check the gradients reach it",
+                           data={"modules": [g.label for g in slow], "ratios": [g.median_ratio for g in slow]}))
+    return out

@@ -1,0 +1,108 @@
+"""Cost of ``layerlab.mixed`` next to one plain float32 forward + backward.
+
+    python tests/benchmarks/bench_precision_check.py                 # three configs/ models
+    python tests/benchmarks/bench_precision_check.py --repeats 9 --models cnn
+
+Models (the spec files under configs/, built as ``layerlab precision-check`` builds them):
+
+* transformer  configs/transformer_layerlab.yaml (pre-LN encoder block, d 256, 8 heads, 8×128×256)
+* cnn          configs/cnn_block.yaml (conv-bn-relu-pool-flatten-linear, 8×3×32×32)
+* lstm         configs/lstm.yaml (2-layer LSTM, hidden 64, 4×20×32)
+
+One intra-op thread by default (``--threads``): on a shared 2-core machine a second thread's
+barrier waits can make a 100k-element reduction take 20 ms instead of 20 µs, which says nothing
+about either variant.
+
+Columns (medians over ``--repeats``, the variants interleaved in one process after a warm-up):
+
+* fp32      ``out = model(x)``; ``autograd.grad(outs, params, R)`` on the module itself
+* autocast  the same step under ``torch.autocast(device, bfloat16)`` (what the check must run once)
+* check     ``layerlab.precision_check(spec)`` with its defaults (bf16 autocast on CPU): build
+            excluded, two model copies, both runs with hooks and the op trace, comparison, report
+* ratio     check / fp32 (the issue's budget: ≤ 3×), and check / (fp32 + autocast): the check's own
+            cost on top of the two steps it cannot avoid (on CPUs without fast bf16 kernels the
+            autocast step alone is 2–3× a float32 one)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from layerlab.mixed.check import check_target  # noqa: E402
+from layerlab.probe.backward import differentiable_outputs, random_projection  # noqa: E402
+from layerlab.target.bind import call  # noqa: E402
+from layerlab.target.build import resolve  # noqa: E402
+
+MODELS = {
+    "transformer": "configs/transformer_layerlab.yaml",
+    "cnn": "configs/cnn_block.yaml",
+    "lstm": "configs/lstm.yaml",
+}
+
+
+def plain_step(target, autocast: bool) -> None:
+    module, args = target.module, target.args
+    params = [p for p in module.parameters() if p.requires_grad]
+    device = next(module.parameters()).device.type
+    ctx = torch.autocast(device, dtype=torch.bfloat16) if autocast else torch.autocast(device, enabled=False)
+    with ctx:
+        out = call(module, args)
+    outs = differentiable_outputs(out)
+    grads = [r.to(o.dtype) for r, o in zip(random_projection(outs, target.seed), outs)]
+    torch.autograd.grad(outs, params, grad_outputs=grads, allow_unused=True)
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench(name: str, repeats: int, warmup: int) -> dict:
+    target = resolve(os.path.join(ROOT, MODELS[name]), reference=False)
+    variants = {
+        "fp32": lambda: plain_step(target, autocast=False),
+        "autocast": lambda: plain_step(target, autocast=True),
+        "check": lambda: check_target(target),
+    }
+    for _ in range(warmup):
+        for fn in variants.values():
+            fn()
+    times = {k: [] for k in variants}
+    for i in range(repeats):
+        order = list(variants) if i % 2 == 0 else list(reversed(variants))
+        for k in order:
+            times[k].append(timed(variants[k]))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"model": name, **med, "ratio": med["check"] / med["fp32"],
+            "own": med["check"] / (med["fp32"] + med["autocast"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, see above)")
+    ns = parser.parse_args()
+    torch.set_num_threads(ns.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {ns.repeats}")
+    print(f"{'model':<12} {'fp32 ms':>9} {'autocast ms':>12} {'check ms':>9} {'check/fp32':>11} "
+          f"{'check/(fp32+autocast)':>22}")
+    for name in ns.models:
+        r = bench(name, ns.repeats, ns.warmup)
+        print(f"{r['model']:<12} {r['fp32'] * 1e3:>9.1f} {r['autocast'] * 1e3:>12.1f} {r['check'] * 1e3:>9.1f} "
+              f"{r['ratio']:>10.2f}× {r['own']:>21.2f}×")
+
+
+if __name__ == "__main__":
+    main()
