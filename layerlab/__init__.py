@@ -22,8 +22,13 @@ _LAZY = {
     "gradcheck": "layerlab.checks.run:verify",
     "export_check": "layerlab.deploy.run:export_check",
     "profile": "layerlab.profiling.run:profile",
+    "ddp_check": "layerlab.distributed.run:ddp_check",
+    "precision_check": "layerlab.mixed.check:precision_check",
+    "train_check": "layerlab.train.run:train_check",
     "render": "layerlab.report_render:render",
     "render_html": "layerlab.report_render:render_html",
+    "diff": "layerlab.report_diff:diff",
+    "manifest": "layerlab.run_manifest:manifest",
 }
 
 __all__ = ["__version__", *_LAZY]

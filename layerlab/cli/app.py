@@ -26,6 +26,10 @@ from typing import Annotated
 
 from layerlab._version import __version__
 from layerlab.cli import explain_shape, export_cmd, gradcheck_cmd, inspect_cmd, list_cmd, profile_cmd
+from layerlab.cli import ddp_cmd
+from layerlab.cli import diff_cmd
+from layerlab.cli import train_cmd
+from layerlab.cli import precision_cmd
 from layerlab.cli.boundary import broken_pipe, guarded, report
 from layerlab.errors import Interrupted, LayerlabError, UsageError
 
@@ -61,13 +65,20 @@ app.command("inspect", no_args_is_help=True)(guarded(inspect_cmd.command))
 app.command("gradcheck", no_args_is_help=True)(guarded(gradcheck_cmd.command))
 app.command("export-check", no_args_is_help=True)(guarded(export_cmd.command))
 app.command("profile", no_args_is_help=True)(guarded(profile_cmd.command))
+app.command("ddp-check", no_args_is_help=True)(guarded(ddp_cmd.command))
 app.command("list", no_args_is_help=False)(guarded(list_cmd.command))
+app.command("diff", no_args_is_help=True)(guarded(diff_cmd.command))
+app.command("train-check", no_args_is_help=True)(guarded(train_cmd.command))
+app.command("precision-check", no_args_is_help=True)(guarded(precision_cmd.command))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return its exit code (the console script's entry point)."""
     args = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in args
+    from layerlab.run_manifest import begin_run
+
+    begin_run(args)  # the --json manifest records this command line (and no earlier command's target)
     try:
         rv = typer.main.get_command(app).main(args=args, prog_name="layerlab", standalone_mode=False)
     except LayerlabError as exc:  # raised while parsing (an option's callback), before the command ran

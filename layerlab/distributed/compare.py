@@ -1,0 +1,234 @@
+"""The gradient check: DDP's all-reduced gradient against one process, and why they differ.
+
+Names used below, per trainable parameter:
+
+    S      the gradient one process gets on the whole batch          (single.full)
+    s_r    one process on rank r's shard alone                        (single.shards[r])
+    g_r    rank r's own step, before DDP (its process group is live)  (results[r]["local"])
+    G_r    rank r after DDP's all-reduce                              (results[r]["ddp"])
+
+A correct step has G_r = G_0 for every r (the all-reduce leaves one value), and G_0 = S within
+tolerance. When G_0 ≠ S, the evidence narrows the cause, in this order:
+
+1. g_r ≠ s_r for some rank: the rank computes something else from the same samples than one
+   process does, so the code depends on the rank. If g_r = c·s_r for one constant c ≠ 1 the loss
+   (or the model) is scaled per rank; if a module ran on some ranks only, it is that control flow.
+2. G_0 ≠ mean_r g_r: DDP's result is not the average of what the ranks computed (cause unknown).
+3. mean_r s_r ≠ S: each shard is right alone but the samples interact across the batch. If
+   mean_r s_r = c·S for one constant c ≠ 1, the loss is not a per-sample mean (a sum: c = 1/world);
+   else BatchNorm in train mode (per-shard statistics), else random draws (dropout), else unknown.
+
+Tolerances (|a − b| ≤ atol·scale + rtol·|b|, scale the largest |S| of the parameter, at least 0.1
+of the largest over all: float32 rounding follows the size of the terms summed, and a gradient that
+cancels to ~0 — a bias before BatchNorm — carries the rounding of its neighbours): float64 rtol 1e-9 atol 1e-10; float32 rtol 1e-4 atol 1e-5; 16-bit 1e-2/1e-3.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from layerlab.distributed.report import Finding, ParamRow
+
+__all__ = ["tolerance_for", "gradient_rows", "gradient_findings"]
+
+Grads = Dict[str, Optional[torch.Tensor]]
+
+_TOL = {torch.float64: (1e-9, 1e-10), torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-3),
+        torch.bfloat16: (1e-2, 1e-3)}
+
+
+def tolerance_for(module: nn.Module) -> Dict[str, float]:
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+    rtol, atol = _TOL.get(dtype, _TOL[torch.float32])
+    return {"rtol": rtol, "atol": atol}
+
+
+class Comparer:
+    """``close(name, a, b)`` with the tolerance scaled by parameter (see module docstring)."""
+
+    def __init__(self, reference: Grads, tol: Dict[str, float]) -> None:
+        self.tol = tol
+        peaks = {k: float(v.abs().max()) if v is not None and v.numel() else 0.0 for k, v in reference.items()}
+        top = max(peaks.values(), default=0.0)
+        self.scale = {k: max(p, 0.1 * top, 1e-30) for k, p in peaks.items()}
+
+    def diff(self, a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> float:
+        return float((_z(a, b) - _z(b, a)).abs().max()) if (a is not None or b is not None) and _numel(a, b) else 0.0
+
+    def close(self, name: str, a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
+        if a is None and b is None:
+            return True
+        x, y = _z(a, b), _z(b, a)
+        allowed = self.tol["atol"] * self.scale.get(name, 1.0) + self.tol["rtol"] * y.abs()
+        return bool(((x - y).abs() <= allowed).all())
+
+
+def _numel(a, b) -> int:
+    return (a if a is not None else b).numel()
+
+
+def _z(a: Optional[torch.Tensor], other: Optional[torch.Tensor]) -> torch.Tensor:
+    """``a`` in float64, or zeros shaped like ``other`` where ``a`` got no gradient (DDP counts it as 0)."""
+    return a.double() if a is not None else torch.zeros_like(other, dtype=torch.float64)
+
+
+def mean_of(grads: List[Grads]) -> Grads:
+    out: Grads = {}
+    for name in grads[0]:
+        present = [g[name] for g in grads if g.get(name) is not None]
+        out[name] = None if not present else sum(p.double() for p in present) / len(grads)
+    return out
+
+
+def factor(a: Grads, b: Grads, cmp: Comparer) -> Optional[float]:
+    """``c`` with ``a = c·b`` for every parameter (within tolerance), else ``None``."""
+    names = [k for k in b if b[k] is not None or a.get(k) is not None]
+    num = sum(float((_z(a[k], b[k]) * _z(b[k], a[k])).sum()) for k in names)
+    den = sum(float((_z(b[k], a[k]) ** 2).sum()) for k in names)
+    if den == 0:
+        return None
+    c = num / den
+    scaled = {k: None if b[k] is None else b[k].double() * c for k in names}
+    return c if all(cmp.close(k, a[k], scaled[k]) for k in names) else None
+
+
+def gradient_rows(single: Any, results: List[Dict[str, Any]], cmp: Comparer) -> List[ParamRow]:
+    S = single.full.grads
+    rows = []
+    G = [r["ddp"]["grads"] for r in results]
+    for name, s in S.items():
+        unused_on = [r["rank"] for r in results if r["local"]["grads"].get(name) is None]
+        g0 = G[0].get(name)
+        ranks_diff = max((cmp.diff(g.get(name), g0) for g in G[1:]), default=0.0)
+        row = ParamRow(name=name, shape=list((s if s is not None else g0 if g0 is not None else torch.empty(0)).shape),
+                       unused_on=unused_on, ranks_diff=ranks_diff, single_diff=cmp.diff(g0, s),
+                       single_scale=float(s.abs().max()) if s is not None and s.numel() else 0.0)
+        if not all(cmp.close(name, g.get(name), g0) for g in G[1:]):
+            row.status = "ranks differ"
+        elif not cmp.close(name, g0, s):
+            row.status = "differs from single"
+        elif s is None and g0 is None:
+            row.status = "unused"
+        rows.append(row)
+    return rows
+
+
+def gradient_findings(module: nn.Module, single: Any, results: List[Dict[str, Any]], rows: List[ParamRow],
+                      cmp: Comparer, rank_dependent_flow: bool) -> List[Finding]:
+    """The gradient findings: ranks that disagree after the all-reduce, and a DDP step that misses
+    the single-process one, with its most likely cause (module docstring)."""
+    out: List[Finding] = []
+    world = len(results)
+    apart = [r.name for r in rows if r.status == "ranks differ"]
+    if apart:
+        out.append(Finding(
+            "gradients", "error", "gradients differ between ranks",
+            f"after DDP's all-reduce, {_names(apart)} still differ between ranks (max "
+            f"{max(r.ranks_diff or 0 for r in rows):.3g}): the ranks' models drift apart from this step on",
+            where=apart, cause="a gradient changed after the all-reduce (a hook, a manual .grad edit) or a parameter "
+            "DDP does not manage (created in forward, or in _ddp_params_and_buffers_to_ignore)",
+            fix="change gradients before DDP reduces them (register_comm_hook), and register every parameter in __init__"))
+    off = [r for r in rows if r.status == "differs from single"]
+    if not off:
+        return out
+    where = [r.name for r in off]
+    worst = max(off, key=lambda r: (r.single_diff or 0) / max(r.single_scale or 0, 1e-30))
+    size = (f"where |grad| ≤ {worst.single_scale:.3g}" if single.full.grads.get(worst.name) is not None
+            else "where one process gives it no gradient")
+    seen = (f"DDP's gradient differs from one process on the whole batch for {_names(where)} (worst "
+            f"{worst.name}: max |Δ| {worst.single_diff:.3g} {size})")
+    S = single.full.grads
+    # 1. a rank computes something else than one process on the same samples
+    local = [r["local"]["grads"] for r in results]
+    odd = [r for r in range(world) if not all(cmp.close(k, local[r][k], single.shards[r].grads[k]) for k in S)]
+    if odd:
+        factors = {r: factor(local[r], single.shards[r].grads, cmp) for r in odd}
+        if all(c is not None for c in factors.values()):
+            said = ", ".join(f"rank {r}: ×{c:.4g}" for r, c in factors.items())
+            out.append(Finding(
+                "gradients", "error", "loss scaled per rank",
+                f"{seen}. Each rank's own gradient is a constant multiple of what one process gets on the same "
+                f"samples ({said}), so the loss or the model is scaled by something that depends on the rank",
+                where=[f"rank {r}" for r in odd], cause="a factor that depends on the rank (dist.get_rank(), a "
+                "per-rank sample count) multiplies the loss",
+                fix="scale the loss the same way on every rank (a mean over the rank's samples); DDP already "
+                    "averages over ranks"))
+        else:
+            out.append(Finding(
+                "gradients", "error", "rank-dependent computation",
+                f"{seen}. Rank(s) {', '.join(map(str, odd))} compute other gradients from their samples than one "
+                "process does on the same samples" + (", and modules ran on some ranks only (see rank-dependent "
+                                                      "control flow)" if rank_dependent_flow else ""),
+                where=[f"rank {r}" for r in odd],
+                cause="control flow that depends on the rank" if rank_dependent_flow else
+                "the model or the loss depends on the rank (dist.get_rank(), a per-rank seed or state); "
+                "layerlab cannot tell where",
+                fix="make every rank run the same code on its samples; keep rank checks to logging and saving"))
+        return out
+    # 2. DDP's result is not the average of the ranks' own gradients
+    avg = mean_of(local)
+    if not all(cmp.close(k, results[0]["ddp"]["grads"].get(k), avg[k]) for k in S):
+        out.append(Finding("gradients", "error", "DDP gradient is not the ranks' average",
+                           f"{seen}. Every rank's own gradient matches one process on its shard, but DDP's all-reduced "
+                           "gradient is not their average; layerlab cannot tell why", where=where,
+                           fix="look for gradient hooks, comm hooks or no_sync() around the step"))
+        return out
+    # 3. right on each shard alone, wrong together: the samples interact across the batch
+    shard_avg = mean_of([s.grads for s in single.shards])
+    c = factor(shard_avg, S, cmp)
+    if c is not None:
+        out.append(Finding(
+            "gradients", "error", "loss not a per-sample mean",
+            f"{seen}: it is {c:.4g} × the single-process gradient on every parameter"
+            + (f" (1/{world}: the world size)" if abs(c * world - 1) < 1e-3 else
+               f" ({world}: the world size)" if abs(c - world) < 1e-3 * world else ""),
+            where=where, cause="the loss sums over the rank's samples (or divides by a fixed count): DDP averages "
+            "gradients over ranks, so a per-rank sum loses a factor of the world size against one process",
+            fix="average the loss over the rank's samples (reduction='mean'), or multiply it by the world size "
+                "if you want the sum"))
+        return out
+    causes = []
+    norms = _batchnorms_in_train(module)
+    if norms:
+        causes.append(Finding(
+            "gradients", "warning", "BatchNorm without SyncBatchNorm",
+            f"{seen}. Each shard alone matches one process, but BatchNorm {_names(norms)} normalises each rank's shard with "
+            "its own mean and variance while one process uses the whole batch's", where=norms,
+            cause="batch statistics differ per shard",
+            fix="nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP (CUDA/NCCL) for whole-batch statistics; "
+                "or keep per-rank statistics knowingly (common with large per-GPU batches)"))
+    if single.stochastic:
+        causes.append(Finding(
+            "gradients", "warning", "random draws in the step",
+            f"{seen}. The step draws random numbers (two seeds give two gradients: dropout or similar): one process "
+            "on the whole batch and the ranks on their shards draw different masks, so their gradients cannot be "
+            "compared", where=where, cause="dropout RNG",
+            fix="check in eval mode (--mode eval) or with dropout p=0; in training seed ranks so masks differ"))
+    if causes:
+        return out + causes
+    out.append(Finding(
+        "gradients", "error", "samples interact across the batch",
+        f"{seen}. Each shard alone matches one process, but their average misses the whole batch's gradient: "
+        "something couples the samples (in-batch statistics, a loss normalised by a batch-level quantity); "
+        "layerlab cannot tell which", where=where,
+        fix="make the loss a mean over samples and normalisations per sample, or synchronise the batch-level "
+            "quantity across ranks (all_reduce)"))
+    return out
+
+
+def _batchnorms_in_train(module: nn.Module) -> List[str]:
+    """BatchNorm layers that use batch statistics here (train mode, or no running stats), not synced."""
+    found = []
+    for name, m in module.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not isinstance(m, nn.SyncBatchNorm):
+            if m.training or m.running_mean is None:
+                found.append(name or type(m).__name__)
+    return found
+
+
+def _names(names: List[str], most: int = 4) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")

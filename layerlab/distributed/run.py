@@ -1,0 +1,220 @@
+"""``layerlab.ddp_check``: does N ranks of DistributedDataParallel take the step one process takes?
+
+    >>> import torch, layerlab
+    >>> from torch import nn
+    >>> model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    >>> report = layerlab.ddp_check(model, torch.randn(8, 16), nproc=2)   # doctest: +SKIP
+    >>> report.ok, report.titles()                                        # doctest: +SKIP
+    (True, [])
+
+The model is a module (pickled to the ranks: its class must be importable), a factory (a picklable
+callable returning the module, called on every rank) or a spec path (built on every rank). The
+single-process runs happen here (:mod:`~layerlab.distributed.single`); the ranks run under
+``torch.distributed`` (:mod:`~layerlab.distributed.launch`, or torchrun itself: when torchrun's
+variables are set, this process *is* one rank, see :mod:`~layerlab.distributed.torchrun`); the
+comparison is :mod:`~layerlab.distributed.assemble`'s. Backend: gloo on CPU, NCCL on CUDA (one GPU
+per rank). The user's module is never modified: every run uses a copy.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+from layerlab.distributed.options import DdpOptions, check_nproc, check_timeout
+from layerlab.errors import UsageError
+
+__all__ = ["ddp_check", "check_target", "SpecBuild"]
+
+
+class SpecBuild:
+    """Builds the spec's model in a rank (a spec's classes may come from a ``./file.py`` that cannot be
+    pickled; the spec can always be read again). The driver's initial state is loaded after."""
+
+    def __init__(self, path: str, overrides: Any, allow_import: bool) -> None:
+        self.path, self.overrides, self.allow_import = path, overrides, allow_import
+
+    def __call__(self) -> torch.nn.Module:
+        from layerlab.target.build import from_spec
+
+        return from_spec(self.path, overrides=self.overrides, allow_import=self.allow_import, reference=False).module
+
+
+class _Given:
+    """The module as pickled to the rank (its state arrives with it).
+
+    torch.multiprocessing pickles tensors through shared memory, so every rank would share one copy
+    of the weights and buffers: each rank takes its own (``deepcopy``), and the driver pickles a copy,
+    never the user's module."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+
+    def __call__(self) -> torch.nn.Module:
+        import copy
+
+        return copy.deepcopy(self.module)
+
+
+def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any = None,
+              find_unused_parameters: Optional[bool] = None, broadcast_buffers: Optional[bool] = None,
+              timeout: Optional[float] = None, seed: int = 0, batch_dims: Optional[Dict[str, Optional[int]]] = None,
+              allow_import: bool = False, name: Optional[str] = None, **kwargs: Any):
+    """Check a DDP step of ``model`` on ``inputs`` against one process; return a :class:`DdpReport`.
+
+    Args:
+        model (nn.Module | str | callable): the module, a YAML spec path, or a factory returning it.
+        *inputs: the whole batch's positional forward arguments (none for a spec).
+        nproc (int, optional): ranks. Default: the spec's ``ddp: nproc`` or 2.
+        loss (str | callable, optional): ``fn(output, inputs) -> scalar`` (module level, so ranks can
+            import it) or an import path. Default: a per-sample mean (:mod:`layerlab.distributed.loss`).
+        find_unused_parameters, broadcast_buffers (bool, optional): DDP's options as you train.
+        timeout (float, optional): seconds every collective may wait. Default: 60.
+        seed (int, optional): seed of the loss weights and of every forward's RNG. Default: ``0``.
+        batch_dims (dict, optional): input name → batch dim, where the layout inference should not guess.
+        allow_import (bool): a spec's import paths (and ``ddp: loss``) may run their code.
+        **kwargs: keyword forward arguments.
+    """
+    from layerlab.distributed.options import from_section
+    from layerlab.target.build import from_spec
+    from layerlab.target.core import from_module
+
+    from layerlab.distributed import launch, torchrun
+
+    if torchrun.environment() is None:
+        launch.prestart()  # the ranks' imports overlap building the model and the single-process runs
+    given = dict(nproc=nproc, loss=loss, find_unused_parameters=find_unused_parameters,
+                 broadcast_buffers=broadcast_buffers, timeout=timeout)
+    if isinstance(model, (str, os.PathLike)):
+        if inputs or kwargs:
+            raise UsageError("a spec brings its own inputs", where="inputs", hint="ddp_check('model.yaml', nproc=2)")
+        target = from_spec(str(model), seed=seed, allow_import=allow_import, reference=False)
+        options = from_section(target.sections.get("ddp"), target.marks).with_(**given)
+        return check_target(target, SpecBuild(str(model), _seed_only(seed), allow_import), options,
+                            allow_import=allow_import)
+    if isinstance(model, torch.nn.Module):
+        module, build = model, None
+    elif callable(model):
+        module, build = model(), model
+        if not isinstance(module, torch.nn.Module):
+            raise UsageError(f"the factory returned {type(module).__name__}, not an nn.Module", where="model")
+    else:
+        raise UsageError(f"ddp_check takes an nn.Module, a factory or a spec path, got {type(model).__name__}",
+                         where="model")
+    target = from_module(module, *inputs, seed=seed, batch_dims=batch_dims, name=name, **kwargs)
+    _check_picklable(build if build is not None else module)
+    return check_target(target, build, DdpOptions().with_(**given), allow_import=allow_import)
+
+
+def _seed_only(seed: int):
+    from layerlab.spec import Overrides
+
+    return Overrides(seed=seed)
+
+
+def _check_picklable(obj: Any) -> None:
+    """The ranks get the model by pickle: its classes (or the factory) must be importable there."""
+    things = [type(m) for m in obj.modules()] if isinstance(obj, torch.nn.Module) else [obj]
+    for thing in things:
+        try:
+            pickle.dumps(thing)
+        except Exception as exc:
+            raise UsageError(f"the ranks cannot import {getattr(thing, '__qualname__', thing)!r}: {exc}",
+                             where="model", hint="define the model's classes (or the factory) at module level in "
+                             "an importable file, not inside a function or a notebook cell") from None
+
+
+def check_target(target: Any, build: Optional[Callable[[], torch.nn.Module]], options: DdpOptions, *,
+                 allow_import: bool = False, progress: Optional[Callable[[str], None]] = None):
+    """The check on a built :class:`~layerlab.target.Target`: ``build`` makes the model in a rank
+    (``None``: the target's module is pickled to them)."""
+    from layerlab.distributed import torchrun
+    from layerlab.distributed.loss import MeanLoss, UserLoss
+    from layerlab.distributed.report import DdpReport
+    from layerlab.distributed.shard import plan
+    from layerlab.distributed.single import run_single
+    from layerlab.distributed.worker import RankJob
+    from layerlab.target.bind import class_path, map_args
+
+    t0 = time.perf_counter()
+    tell = progress or (lambda what: None)
+    env = torchrun.environment()
+    world = env.world if env else check_nproc(options.nproc, "nproc")
+    check_timeout(options.timeout, "timeout")
+    module = target.module
+    device = _device(module, world, env)
+    the_plan = plan(module, target.args, target.batch_dims, world)
+    if options.loss is None:
+        loss = MeanLoss(target.seed)
+    else:
+        where = target.marks("ddp", "loss") if target.marks else "loss"
+        loss = UserLoss(options.loss, allow_import=allow_import, base_dir=target.base_dir, where=where)
+        loss.load()  # a bad path or a refused import: exit 2 now, not in every rank
+    job_args = map_args(target.args, lambda t: t.detach().cpu().requires_grad_(t.requires_grad))
+    job = RankJob(build=build or _Given(_copy(module)), state=None if build is None else _cpu_state(module),
+                  mode=target.mode, args=job_args, plan=the_plan, loss=loss, options=options,
+                  backend="nccl" if device == "cuda" else "gloo", device=device, seed=target.seed,
+                  threads=max(1, (os.cpu_count() or 1) // world), env={"OMP_NUM_THREADS": "1"})
+    base = DdpReport(target=target.name, model=class_path(module), world_size=world, backend=job.backend,
+                     device=device, launcher="torchrun" if env else "layerlab", batch=the_plan.batch,
+                     batch_dims=dict(the_plan.dims), loss=loss.description,
+                     options={"find_unused_parameters": options.find_unused_parameters,
+                              "broadcast_buffers": options.broadcast_buffers, "timeout_s": options.timeout},
+                     tolerance={})
+
+    def driver():
+        tell("one process: the whole batch and each shard")
+        single = run_single(module, target.args, the_plan, loss, seed=target.seed)
+        return job, single
+
+    if env:
+        return torchrun.run(env, job.backend, options.timeout, driver,
+                            lambda job, single, results: _finish(base, module, single, results, options, loss, t0))
+    job, single = driver()
+    tell(f"{world} ranks of DistributedDataParallel ({job.backend})")
+    from layerlab.distributed.launch import launch
+
+    t1 = time.perf_counter()
+    results = launch(job, world)
+    base.seconds["ranks"] = time.perf_counter() - t1
+    return _finish(base, module, single, results, options, loss, t0)
+
+
+def _finish(base, module, single, results, options, loss, t0):
+    from layerlab.distributed.assemble import assemble
+
+    base.seconds["single"] = single.seconds
+    report = assemble(base, module, single, results, options.find_unused_parameters)
+    left_out = getattr(loss, "left_out", [])
+    if left_out:
+        report.notes.append(f"the default loss leaves out {', '.join(left_out)}: no dim of it splits with the batch")
+    report.seconds["total"] = time.perf_counter() - t0
+    return report
+
+
+def _copy(module: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def _cpu_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def _device(module: torch.nn.Module, world: int, env: Any) -> str:
+    """``cpu`` (gloo) or ``cuda`` (NCCL, one GPU per local rank): where the model is."""
+    on_cuda = any(p.device.type == "cuda" for p in module.parameters())
+    if not on_cuda:
+        return "cpu"
+    local = env.local_world if env else world
+    have = torch.cuda.device_count()
+    if have < local:
+        raise UsageError(f"{local} ranks on CUDA need {local} GPUs (NCCL gives each rank its own), this machine "
+                         f"has {have}", where="--nproc", expected=f"--nproc ≤ {have}", got=local,
+                         hint="use --nproc " + str(max(have, 1)) + ", or --device cpu to check on gloo")
+    return "cuda"

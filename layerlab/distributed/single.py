@@ -1,0 +1,89 @@
+"""The single-process side: the step DDP should reproduce, and the same step on each shard alone.
+
+Three kinds of run, each on a fresh copy of the model in its initial state (the user's module is
+never touched):
+
+* the whole batch in one process: the gradient a correct DDP step equals (``full``);
+* each rank's shard in one process (``shards[r]``): what rank r *should* compute on its own. A rank
+  whose own gradient differs from this does something rank-dependent (the rank's id in its control
+  flow, a loss scaled per rank); when every rank matches but their average misses ``full``, the
+  samples interact across the batch (BatchNorm statistics, a summed loss, dropout);
+* shard 0 again with another seed (``stochastic``): whether the step draws random numbers at all.
+
+Before them, one shard's forward (no grad) tells the default loss which outputs split with the batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, List
+
+import torch
+
+from layerlab.distributed.loss import Loss
+from layerlab.distributed.shard import BatchPlan, shard_args
+from layerlab.distributed.step import StepRecord, one_step
+from layerlab.errors import CheckFailed
+from layerlab.target.bind import Arg
+
+__all__ = ["SingleRuns", "run_single"]
+
+
+@dataclass
+class SingleRuns:
+    full: StepRecord
+    shards: List[StepRecord] = field(default_factory=list)
+    stochastic: bool = False
+    seconds: float = 0.0
+
+
+def run_single(module: torch.nn.Module, args: List[Arg], plan: BatchPlan, loss: Loss, *, seed: int) -> SingleRuns:
+    """The runs above; a model that raises in them is a :class:`~layerlab.errors.CheckFailed` (exit 1)."""
+    t0 = time.perf_counter()
+    world = plan.world
+    pristine = copy.deepcopy(module)
+    fresh = lambda: copy.deepcopy(pristine)  # noqa: E731 - each run starts from the same state
+    first = shard_args(args, plan, 0)
+    with _blame("on one shard (no grad)"), torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        loss.expect_shard(fresh()(*[a.value for a in first if not a.keyword],
+                                  **{a.name: a.value for a in first if a.keyword}), world)
+    with _blame("on the whole batch"):
+        full = one_step(fresh(), args, loss, seed=seed, rank=None, world=world, before_loss=loss.observe)
+    shards = []
+    for r in range(world):
+        with _blame(f"on shard {r} of {world}"):
+            shards.append(one_step(fresh(), shard_args(args, plan, r), loss, seed=seed, rank=r, world=world))
+    with _blame("on shard 0 with another seed"):
+        again = one_step(fresh(), first, loss, seed=seed + 1, rank=0, world=world)
+    stochastic = any(not _same(again.grads[k], shards[0].grads[k]) for k in again.grads)
+    return SingleRuns(full=full, shards=shards, stochastic=stochastic, seconds=time.perf_counter() - t0)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a, b)
+
+
+class _blame:
+    """The model raising in a single-process run: exit 1 with its message, not a traceback."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, CheckFailed) or not isinstance(exc, Exception):
+            return False
+        from layerlab.distributed.worker import summarize_exception
+
+        error, frames = summarize_exception(exc)
+        raise CheckFailed(f"the model raised in one process {self.when}: {error}",
+                          where=frames[-1] if frames else None,
+                          hint="a model that needs a process group (dist.get_rank() unguarded) cannot run in "
+                               "one process: guard it with dist.is_initialized()") from None

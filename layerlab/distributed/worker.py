@@ -1,0 +1,190 @@
+"""One rank of the check: what each process does between ``init_process_group`` and its result.
+
+    init_process_group (env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT — torchrun's variables)
+    build the model, load the driver's initial state, broadcast rank 0's (as DDP does)
+    take this rank's shard of the batch
+    its own step, no DDP          → which parameters it uses, its local gradients, the modules that ran
+    monitored_barrier             → a rank stuck in its forward is named by rank 0, not waited for
+    all_gather(any unused?)       → every rank wraps with the same find_unused_parameters
+    DistributedDataParallel step  → the all-reduced gradients, buffers after, inputs/outputs
+    monitored_barrier
+
+Every collective has the job's timeout (``init_process_group(timeout=)``; the barriers their own).
+On NCCL the barriers and object collectives run on a gloo side group (monitored_barrier is gloo's).
+The result is a plain dict of tensors, lists and strings (:func:`as_result`); an exception becomes
+``status: raised`` with its last line and the user-code frames. :func:`spawned` is the entry point
+for ranks this package starts: it points stdout/stderr at the rank's log and registers a
+``faulthandler`` dump on SIGUSR1, so the launcher can say where a hung rank is stuck.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Optional
+
+from layerlab.distributed.loss import Loss
+from layerlab.distributed.options import DdpOptions
+from layerlab.distributed.shard import BatchPlan, shard_args
+from layerlab.target.bind import Arg
+
+__all__ = ["RankJob", "run_rank", "spawned", "summarize_exception", "user_frames"]
+
+
+@dataclass
+class RankJob:
+    """Everything a rank needs, picklable: how to build the model and its initial state, the whole
+    batch and how to split it, the loss, DDP's options, the backend and device type."""
+
+    build: Callable[[], Any]
+    state: Optional[Dict[str, Any]]
+    mode: str
+    args: List[Arg]
+    plan: BatchPlan
+    loss: Loss
+    options: DdpOptions
+    backend: str
+    device: str
+    seed: int
+    threads: int = 1
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+def run_rank(job: RankJob, rank: int, world: int, local_rank: int, *, keep_group: bool = False) -> Dict[str, Any]:
+    """Run this rank's part (see the module docstring); return its result dict."""
+    import torch
+    import torch.distributed as dist
+
+    from layerlab.distributed.step import one_step
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(max(1, job.threads))
+    device = torch.device(f"cuda:{local_rank}" if job.device == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    timeout = timedelta(seconds=job.options.timeout)
+    if not dist.is_initialized():
+        dist.init_process_group(job.backend, timeout=timeout, **({"device_id": device} if device.type == "cuda"
+                                                                  else {}))
+    ctrl = None if job.backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
+    try:
+        model = job.build()
+        if job.state is not None:
+            model.load_state_dict(job.state)
+        model.train(job.mode == "train")
+        model = model.to(device)
+        _broadcast_state(model)
+        args = [Arg(a.name, _to(a.value, device), a.keyword, a.no_grad) for a in shard_args(job.args, job.plan, rank)]
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        local = one_step(model, args, job.loss, seed=job.seed, rank=rank, world=world)
+        model.load_state_dict(start)  # DDP's step starts where the rank's own step did
+        dist.monitored_barrier(group=ctrl, timeout=timeout, wait_all_ranks=True)
+        unused = [None] * world
+        dist.all_gather_object(unused, any(g is None for g in local.grads.values()), group=ctrl)
+        find_unused = job.options.find_unused_parameters or any(unused)
+        with warnings.catch_warnings():  # torch 2.13 renames it (forward_sync_buffers); users still pass this one
+            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+            ddp = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None,
+                find_unused_parameters=find_unused, broadcast_buffers=job.options.broadcast_buffers)
+        step = one_step(model, args, job.loss, seed=job.seed, rank=rank, world=world, call=ddp)
+        dist.monitored_barrier(group=ctrl, timeout=timeout, wait_all_ranks=True)
+        return {"rank": rank, "status": "ok", "find_unused_parameters": find_unused,
+                "start_buffers": {k: v.cpu() for k, v in start.items() if k in dict(model.named_buffers())},
+                "local": as_result(local), "ddp": as_result(step), "seconds": time.perf_counter() - t0,
+                "pid": os.getpid()}
+    except Exception as exc:
+        error, frames = summarize_exception(exc)
+        return {"rank": rank, "status": "raised", "error": error, "frames": frames,
+                "traceback": "".join(traceback.format_exception(exc))[-4000:], "seconds": time.perf_counter() - t0,
+                "pid": os.getpid()}
+    finally:
+        if not keep_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _broadcast_state(model: Any) -> None:
+    """Rank 0's parameters and buffers on every rank (under torchrun each process built its own)."""
+    import torch.distributed as dist
+
+    for t in list(model.parameters()) + list(model.buffers()):
+        dist.broadcast(t.data, src=0)
+
+
+def _to(value: Any, device: Any) -> Any:
+    from layerlab.target.bind import map_tensors
+
+    if device.type == "cpu":
+        return value
+    return map_tensors(value, lambda t: t.detach().to(device).requires_grad_(t.requires_grad))
+
+
+def as_result(record: Any) -> Dict[str, Any]:
+    """A :class:`~layerlab.distributed.step.StepRecord` as a plain dict (tensors, lists, str)."""
+    return {"grads": record.grads, "buffers": record.buffers, "ran": list(record.ran), "loss": record.loss,
+            "inputs": [[i.path, i.dtype, i.shape] for i in record.inputs],
+            "outputs": [[o.path, o.dtype, o.shape] for o in record.outputs]}
+
+
+#: frames in these folders are torch's or this package's, not the user's model
+_NOT_USER = (os.sep + "torch" + os.sep, os.sep + "layerlab" + os.sep + "distributed" + os.sep,
+             os.sep + "multiprocessing" + os.sep, os.sep + "threading.py", os.sep + "runpy.py", "<string>", "<frozen")
+
+
+def user_frames(frames: List[traceback.FrameSummary], keep: int = 3) -> List[str]:
+    """``file:line in function`` of the innermost user-code frames (the innermost frame if none is)."""
+    mine = [f for f in frames if not any(part in f.filename for part in _NOT_USER)]
+    real = [f for f in frames if not f.filename.startswith("<")]
+    chosen = (mine or real[-1:] or frames[-1:])[-keep:]
+    return [f"{_short(f.filename)}:{f.lineno} in {f.name}" for f in chosen]
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def summarize_exception(exc: BaseException) -> tuple:
+    """``(last line, user frames)`` of an exception: ``RuntimeError: …`` and where it was raised."""
+    lines = [ln for ln in traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text[:400], user_frames(traceback.extract_tb(exc.__traceback__))
+
+
+def spawned(local_rank: int, job: RankJob, world: int, port: int, log_dir: str) -> None:
+    """Entry point of a rank started by :mod:`layerlab.distributed.launch` (``torch.multiprocessing``).
+
+    Sets torchrun's environment variables (so :func:`run_rank` reads what torchrun would give it),
+    sends output to ``rank{r}.log`` and the result to ``rank{r}.pt`` in ``log_dir``."""
+    import faulthandler
+    import signal
+    import sys
+
+    log = open(os.path.join(log_dir, f"rank{local_rank}.log"), "w", buffering=1)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=True)
+    os.environ.update({"RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
+                       "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                       # the launcher hosts the store, as torchrun's agent does: every rank is its client
+                       "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
+                       **job.env})
+    import torch
+    import torch.distributed as dist
+
+    result = run_rank(job, local_rank, world, local_rank, keep_group=True)
+    path = os.path.join(log_dir, f"rank{local_rank}.pt")
+    torch.save(result, path + ".part")
+    os.replace(path + ".part", path)  # the launcher never reads half a file, and has it before any teardown
+    sys.stdout.flush()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if result["status"] != "ok":
+        sys.exit(1)

@@ -1,0 +1,123 @@
+"""Models and losses for the DDP check, at module level so spawned ranks can import them.
+
+Healthy: :func:`mlp`, :func:`cnn` (stock torch.nn layers). Planted, one DDP pitfall each:
+:class:`UnusedBranch`, :class:`RankBranch`, :func:`batchnorm_mlp`, :func:`summed_loss`,
+:func:`rank_scaled_loss`, :class:`BufferOnRankZero`, :class:`HangsOnRankOne`, :class:`RaisesOnRankOne`.
+Rank checks are guarded with ``dist.is_initialized()`` so the single-process side runs them as rank 0
+would not matter: in one process there is no rank.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 8, 3, padding=1),
+                         nn.GroupNorm(2, 8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
+
+
+def batchnorm_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+
+
+class UnusedBranch(nn.Module):
+    """``aux`` is built but never called: DDP without find_unused_parameters raises at the next step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+        self.aux = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class RankBranch(nn.Module):
+    """``extra`` runs on rank 1 only: rank-dependent control flow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+        self.extra = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.body(x)
+        if _rank() == 1:
+            h = self.extra(h)
+        return h
+
+
+class BufferOnRankZero(nn.Module):
+    """A step counter that only rank 0 increments: the ranks' buffers disagree after the step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        if _rank() == 0:
+            self.seen += x.shape[0]
+        return self.body(x)
+
+
+class HangsOnRankOne(nn.Module):
+    """Rank 1 sleeps in its forward, far past any timeout: the other rank waits in a collective."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+
+    def forward(self, x):
+        if dist.is_initialized() and dist.get_rank() == 1:
+            time.sleep(600)
+        return self.body(x)
+
+
+class RaisesOnRankOne(nn.Module):
+    """Rank 1 raises in its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+
+    def forward(self, x):
+        if dist.is_initialized() and dist.get_rank() == 1:
+            raise ValueError("planted failure on rank 1")
+        return self.body(x)
+
+
+def summed_loss(output, inputs):
+    """A per-rank *sum*: DDP's average over ranks divides it by the world size."""
+    return (output * torch.linspace(-1, 1, output.shape[-1])).sum()
+
+
+def rank_scaled_loss(output, inputs):
+    """A mean scaled by (rank + 1): rank 1's gradient is twice what its samples give."""
+    return (output * torch.linspace(-1, 1, output.shape[-1])).mean() * (1 + _rank())
+
+
+def weighted_mean_loss(output, inputs):
+    """A per-sample mean with fixed weights: what a healthy DDP step must reproduce exactly."""
+    return (output * torch.linspace(-1, 1, output.shape[-1])).mean()
