@@ -45,19 +45,22 @@ def _is_sink(call: CallRecord) -> bool:
             and all(i.grad is not None and i.grad.norm == 0 for i in ins))
 
 
-def find_root(calls: List[CallRecord]) -> Optional[CallRecord]:
-    """The most downstream innermost sink (see the module docstring), or ``None``."""
+def innermost_sinks(calls: List[CallRecord]) -> List[CallRecord]:
+    """The sinks that hold no other sink (a container holding one is a sink too), in call order."""
     sinks = [c for c in calls if _is_sink(c)]
-    if not sinks:
-        return None
     holds_sink: Set[int] = set()
     for sink in sinks:
         parent = sink.parent
         while parent is not None and parent not in holds_sink:
             holds_sink.add(parent)
             parent = calls[parent].parent
-    innermost = [c for c in sinks if c.index not in holds_sink]
-    return max(innermost, key=lambda c: c.end)
+    return [c for c in sinks if c.index not in holds_sink]
+
+
+def find_root(calls: List[CallRecord]) -> Optional[CallRecord]:
+    """The most downstream innermost sink (see the module docstring), or ``None``."""
+    innermost = innermost_sinks(calls)
+    return max(innermost, key=lambda c: c.end) if innermost else None
 
 
 def _subtree_end(calls: List[CallRecord], root: CallRecord) -> int:
@@ -100,41 +103,56 @@ def _zero_weight(module: nn.Module) -> Optional[str]:
 
 def fold_zero_grads(problems: List[Problem], params: List[ParamRecord], calls: List[CallRecord],
                     modules: List[nn.Module]) -> Tuple[List[Problem], List[Problem]]:
-    """Replace the "zero-grad" warnings caused by one root with one finding.
+    """Replace the "zero-grad" warnings caused by a sink with one finding per sink.
 
-    Returns ``(problems, notes)``: ``problems`` without the folded warnings and with the finding
-    when it is a warning; ``notes`` with the finding when it is expected (a zero-initialised
-    weight whose own gradient is non-zero).
+    A zero-gradient parameter is put down to the first sink that starts after its module's last
+    call (a residual net with zero-initialised branches has one sink per branch, and the skip
+    connections still carry gradient around each: blaming every parameter on the last sink would
+    be wrong). Returns ``(problems, notes)``: ``problems`` without the folded warnings and with
+    the findings that are warnings; ``notes`` with the expected ones (a zero-initialised weight
+    whose own gradient is non-zero).
     """
-    root = find_root(calls)
-    if root is None:
+    sinks = sorted(innermost_sinks(calls), key=lambda c: c.index)
+    if not sinks:
         return problems, []
-    last = _subtree_end(calls, root)
     started: Dict[str, List[int]] = {}
     for call in calls:
         started.setdefault(call.path, []).append(call.index)
     zero = {p.name for p in params if "zero-grad" in p.flags}
-    folded, fed = [], []
+    lasts = {sink.index: _subtree_end(calls, sink) for sink in sinks}
+    folded: Dict[int, List[str]] = {}
+    fed: Dict[int, List[str]] = {}
     for p in problems:
         if p.code != "zero-grad" or p.where not in zero:
             continue
         ran = _calls_of(p.where.rpartition(".")[0], started)
-        if ran and all(i < root.index for i in ran):
-            folded.append(p.where)
-        elif ran and all(_fed_zeros_by(calls[i], root.index, last) for i in ran):
-            fed.append(p.where)
+        if not ran:
+            continue
+        after = [sink for sink in sinks if sink.index > max(ran)]
+        if after:
+            folded.setdefault(after[0].index, []).append(p.where)
+            continue
+        feeding = [sink for sink in sinks if all(_fed_zeros_by(calls[i], sink.index, lasts[sink.index]) for i in ran)]
+        if feeding:
+            fed.setdefault(feeding[-1].index, []).append(p.where)
     if not folded:
         return problems, []
-    finding = _finding(root, modules[root.index], params, calls, last, folded)
-    if fed:
-        finding.message += (f"; downstream, {', '.join(fed)} get{'s' * (len(fed) == 1)} zero gradient too: "
-                            f"{'its' if len(fed) == 1 else 'their'} input, the output of {root.label}, is all zero")
-        finding.data["folded_downstream"] = fed
-    gone = set(folded) | set(fed)
+    gone: Set[str] = set()
+    warnings, notes = [], []
+    for sink in sinks:
+        if sink.index not in folded:
+            continue
+        finding = _finding(sink, modules[sink.index], params, calls, lasts[sink.index], folded[sink.index])
+        gone.update(folded[sink.index])
+        down = fed.get(sink.index, [])
+        if down:
+            finding.message += (f"; downstream, {', '.join(down)} get{'s' * (len(down) == 1)} zero gradient too: "
+                                f"{'its' if len(down) == 1 else 'their'} input, the output of {sink.label}, is all zero")
+            finding.data["folded_downstream"] = down
+            gone.update(down)
+        (notes if finding.severity == "info" else warnings).append(finding)
     kept = [p for p in problems if not (p.code == "zero-grad" and p.where in gone)]
-    if finding.severity == "info":
-        return kept, [finding]
-    return kept + [finding], []
+    return kept + warnings, notes
 
 
 def _finding(root: CallRecord, module: nn.Module, params: List[ParamRecord], calls: List[CallRecord],
@@ -143,7 +161,8 @@ def _finding(root: CallRecord, module: nn.Module, params: List[ParamRecord], cal
     out = max(o.grad.norm for o in root.tensor_outputs if o.grad is not None and o.grad.finite)
     listed = ", ".join(folded[:6]) + (f" … ({len(folded)} in all)" if len(folded) > 6 else "")
     n = len(folded)
-    upstream = f"{n} parameter{'s' * (n != 1)} upstream get{'s' * (n == 1)} exactly zero gradient: {listed}"
+    upstream = (f"{n} parameter{'s' * (n != 1)} called before it get{'s' * (n == 1)} exactly zero gradient: "
+                f"{listed}")
     data = {"call": root.index, "folded": folded, "output_grad_norm": out}
     weight = _zero_weight(module)
     if weight is not None:
@@ -152,20 +171,24 @@ def _finding(root: CallRecord, module: nn.Module, params: List[ParamRecord], cal
         downstream = any(c.index > last and c.trainable and c.index not in _ancestors(calls, root)
                          for c in calls)
         what = "zero-initialised" + ("" if downstream else " head")
-        message = (f"everything upstream of {root.label} gets zero gradient because {full} is all zero "
-                   f"({what}): its input reaches its output only through that weight, so the gradient "
-                   f"w.r.t. its input is exactly 0; {upstream}")
+        bypass = _bypassed(root, params, calls)
+        opening = (f"the gradient stops at {root.label}" if bypass
+                   else f"everything upstream of {root.label} gets zero gradient")  # measured: nothing bypasses it
+        message = (f"{opening} because {full} is all zero ({what}): its input reaches its output only "
+                   f"through that weight, so the gradient w.r.t. its input is exactly 0; {upstream}{bypass}")
         moves = own is not None and own.trainable and own.grad_norm is not None and own.grad_norm > 0
         if moves:
             message += (f". {full}'s own gradient is non-zero (‖grad‖ = {own.grad_norm:.3g}), so the first "
                         "optimiser step makes it non-zero and gradient flows upstream from then on: "
                         "expected at init")
             return Problem("zero-grad-root", message, where=root.path or "(root)", severity="info", data=data)
-        message += f". {full} gets no gradient itself, so it stays zero and nothing upstream will ever train"
+        message += (f". {full} gets no gradient itself, so it stays zero and what feeds the loss only through "
+                    f"{root.label} will never train")
         return Problem("zero-grad-root", message, where=root.path or "(root)", data=data,
                        hint=f"initialise {full} (or unfreeze it)")
     message = (f"the gradient stops at {name}: ‖∂L/∂out‖ = {out:.3g} but the gradient w.r.t. its input "
-               f"is exactly 0, so nothing upstream of it learns; {upstream}")
+               f"is exactly 0, so what reaches the loss only through it does not learn; {upstream}"
+               f"{_bypassed(root, params, calls)}")
     first = root.tensor_inputs[0] if root.tensor_inputs else None
     stats = first.stats if first is not None else None
     if isinstance(module, _RELU_LIKE) and stats is not None and stats.max <= _floor(module):
@@ -179,6 +202,21 @@ def _finding(root: CallRecord, module: nn.Module, params: List[ParamRecord], cal
         message += ". layerlab can't tell why from the recorded values"
         hint = None
     return Problem("zero-grad-root", message, where=root.path or "(root)", hint=hint, data=data)
+
+
+def _bypassed(root: CallRecord, params: List[ParamRecord], calls: List[CallRecord]) -> str:
+    """", while X, called before it too, still gets gradient (by another path, e.g. a skip connection)"
+    when a parameter whose module ran before ``root`` has a non-zero gradient; "" otherwise."""
+    started: Dict[str, List[int]] = {}
+    for call in calls:
+        started.setdefault(call.path, []).append(call.index)
+    for p in params:
+        if p.trainable and p.grad_norm and "zero-grad" not in p.flags:
+            ran = _calls_of(p.name.rpartition(".")[0], started)
+            if ran and max(ran) < root.index and p.name.rpartition(".")[0] not in ("", root.path):
+                return (f", while {p.name}, called before it too, still gets gradient by another path "
+                        "(e.g. a skip connection around it)")
+    return ""
 
 
 def _floor(module: nn.Module) -> float:

@@ -315,3 +315,38 @@ def test_transformer_encoder_fast_path_with_nested_tensors():
     # with gradients on, torch takes the ordinary path and the backward runs clean
     report = layerlab.inspect(model, x, src_key_padding_mask=pad)
     assert report.ok and report.backward.ran and report.problems == []
+
+
+class _ZeroInitResidualBlock(torch.nn.Module):
+    """A ResNet basic block with torchvision's ``zero_init_residual``: its last BatchNorm starts at 0."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
+        self.relu = torch.nn.ReLU()
+        torch.nn.init.zeros_(self.bn2.weight)
+
+    def forward(self, x):
+        return self.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+
+
+def test_zero_init_residual_branches_are_one_note_each_and_never_blame_the_skip_path():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1),
+                                *[_ZeroInitResidualBlock(8) for _ in range(3)],
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
+    x = torch.randn(4, 3, 12, 12)
+    report = layerlab.inspect(model, x)
+    # torch: the stem still gets gradient (through the skips), every branch's conv1 gets none
+    model.zero_grad()
+    model(x).sum().backward()
+    assert model[0].weight.grad.abs().sum() > 0
+    assert all(not model[i].conv1.weight.grad.any() for i in (1, 2, 3))
+    roots = [n for n in report.notes if n.code == "zero-grad-root"]
+    assert [n.where for n in roots] == ["1.bn2", "2.bn2", "3.bn2"]
+    for i, note in zip((1, 2, 3), roots):
+        assert all(name.startswith(f"{i}.") for name in note.data["folded"])  # its own branch only
+        assert f"{i}.conv1.weight" in note.data["folded"]
+        assert "everything upstream" not in note.message and "still gets gradient by another path" in note.message
+    assert report.warnings == [] and report.ok
