@@ -25,11 +25,8 @@ except ImportError:  # pragma: no cover - older typer uses the click package
 from typing import Annotated
 
 from layerlab._version import __version__
-from layerlab.cli import explain_shape, export_cmd, gradcheck_cmd, inspect_cmd, list_cmd, profile_cmd
-from layerlab.cli import ddp_cmd
-from layerlab.cli import diff_cmd
-from layerlab.cli import train_cmd
-from layerlab.cli import precision_cmd
+from layerlab.cli import (ddp_cmd, diff_cmd, explain_shape, export_cmd, gradcheck_cmd, inspect_cmd, list_cmd,
+                          precision_cmd, profile_cmd, train_cmd)
 from layerlab.cli.boundary import broken_pipe, guarded, report
 from layerlab.errors import Interrupted, LayerlabError, UsageError
 
@@ -65,11 +62,11 @@ app.command("inspect", no_args_is_help=True)(guarded(inspect_cmd.command))
 app.command("gradcheck", no_args_is_help=True)(guarded(gradcheck_cmd.command))
 app.command("export-check", no_args_is_help=True)(guarded(export_cmd.command))
 app.command("profile", no_args_is_help=True)(guarded(profile_cmd.command))
-app.command("ddp-check", no_args_is_help=True)(guarded(ddp_cmd.command))
-app.command("list", no_args_is_help=False)(guarded(list_cmd.command))
-app.command("diff", no_args_is_help=True)(guarded(diff_cmd.command))
 app.command("train-check", no_args_is_help=True)(guarded(train_cmd.command))
 app.command("precision-check", no_args_is_help=True)(guarded(precision_cmd.command))
+app.command("ddp-check", no_args_is_help=True)(guarded(ddp_cmd.command))
+app.command("diff", no_args_is_help=True)(guarded(diff_cmd.command))
+app.command("list", no_args_is_help=False)(guarded(list_cmd.command))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -34,10 +34,11 @@ DEFAULT_TOP = 25
 
 def command(a: ReportArg, b: OtherArg, rtol: RtolOpt = None, atol: AtolOpt = None, top: TopOpt = None,
             allow_import: AllowImportOpt = False, json: JsonOpt = False) -> int:
-    """Show what changed between two reports of the same kind: module calls added or gone, shapes
-    and dtypes, value statistics and gradient norms beyond a tolerance, new or gone warnings,
-    probe results, and how the two runs were made differently (torch version, threads, device,
-    seed, spec hash). Largest changes first.
+    """Show what changed between two reports (or specs) of the same kind, largest change first.
+
+    Module calls added or gone, shapes and dtypes, value statistics and gradient norms beyond a
+    tolerance, new or gone warnings, probe results, and how the two runs were made differently
+    (torch version, threads, device, seed, spec hash).
 
     A or B may be a YAML spec instead of a report: it is inspected now, as inspect would,
     so two specs compare in one command.

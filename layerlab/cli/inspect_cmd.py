@@ -99,11 +99,11 @@ def command(
 
     from layerlab.probe.run import inspect
 
-    probes = _probes(target, probe, allow_import)
     pos, kw = target.split()
     report = inspect(
         target.module, *pos, backward=target.backward, seed=target.seed, mode=target.mode,
-        forward_kwargs=kw, ops=ops, fix=fix, meta=meta, probes=[*probes, *(inspect_plot.probes_for(plot_histograms) or []), *(["steps"] if steps else [])] or None,
+        forward_kwargs=kw, ops=ops, fix=fix, meta=meta,
+        probes=_probes(target, probe, allow_import, steps=steps, histograms=plot_histograms),
     )
     out = Output(json_mode=json, record=bool(svg or html))
     compared = inspect_plot.run_compare(compare, options, allow_import, ops, fix, out) \
@@ -146,16 +146,18 @@ def command(
     return 0
 
 
-def _probes(target, option, allow_import: bool) -> list:
-    """The spec's ``probes:`` section, then ``--probe``'s (a name given twice runs once)."""
-    if "probes" not in target.sections and not option:
-        return []
-    from layerlab.probe.probes.spec import from_option, from_section
+def _probes(target, option, allow_import: bool, steps: bool, histograms) -> Optional[list]:
+    """The spec's ``probes:`` section, then ``--probe``'s, then those ``--steps`` and ``--plot-histograms``
+    ask for (a name given twice runs once); ``None`` when there are none (no probe code runs)."""
+    found: list = []
+    if "probes" in target.sections or option:
+        from layerlab.probe.probes.spec import from_option, from_section
 
-    found = []
-    if "probes" in target.sections:
-        found += from_section(target.sections["probes"], target.marks, allow_import, target.base_dir)
-    return found + from_option(option, allow_import)
+        if "probes" in target.sections:
+            found += from_section(target.sections["probes"], target.marks, allow_import, target.base_dir)
+        found += from_option(option, allow_import)
+    found += inspect_plot.probes_for(histograms) or []
+    return found + (["steps"] if steps else []) or None
 
 
 def _verdict(report) -> CheckFailed:

@@ -70,7 +70,7 @@ def changes_table(changes: List[Change]) -> Table:
 
 def summary(report: DiffReport, top: Optional[int]) -> Text:
     n = len(report.changes)
-    counted = ", ".join(f"{v} {k}" for k, v in report.compared.items())
+    counted = ", ".join(f"{v} {k if v != 1 else k.rstrip('s')}" for k, v in report.compared.items())
     if not n:
         return Text.from_markup(f"[green]no differences beyond tolerance[/]\n[dim]compared {counted}[/]")
     shown = "" if top is None or n <= top else f"; showing the {top} largest (--top N, 0 for all)"

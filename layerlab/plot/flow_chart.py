@@ -158,12 +158,43 @@ def gid(key: str, col: int, group: str) -> str:
 
 
 def _plain_log_labels(ax) -> None:
-    """Log-axis labels as plain numbers (0.2, 0.5, 1, 2, 5) rather than 2×10⁻¹."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    """Log-axis labels as plain numbers (0.2, 0.5, 1, 2, 5; 1e-08 … 1 over many decades) rather than
+    2×10⁻¹, with labelled ticks at any span (see :func:`log_ticks`)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    class SpanLogLocator(FixedLocator):  # ticks chosen when drawn: sharey may widen the range later
+        def __call__(self):
+            return log_ticks(*self.axis.get_view_interval())
+
+    ax.yaxis.set_major_locator(SpanLogLocator([]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def log_ticks(vmin: float, vmax: float, most: int = 8) -> List[float]:
+    """Major ticks of a log axis from ``vmin`` to ``vmax``: 1-2-5 per decade over a few decades, powers
+    of ten (every k-th, at most ``most``) over many — matplotlib's LogLocator with subs (1, 2, 5) draws
+    no major tick at all once the span needs a stride, which left a vanishing gradient's axis blank —
+    and 1…9 per decade (or plain steps) when the span is too narrow for two 1-2-5 ticks."""
+    lo, hi = min(vmin, vmax), max(vmin, vmax)
+    if not (lo > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+
+    def within(subs, stride=1):
+        return [s * 10.0 ** e for e in range(first, last + 1) if (e - first) % stride == 0
+                for s in subs if lo <= s * 10.0 ** e <= hi * (1 + 1e-9)]
+
+    if last - first > 3:
+        return within((1.0,), stride=math.ceil((last - first + 1) / most))
+    ticks = within((1.0, 2.0, 5.0))
+    if len(ticks) < 2:
+        ticks = within(tuple(float(s) for s in range(1, 10)))
+    if len(ticks) < 2:  # a range inside one digit (2.5 … 2.9): evenly spaced plain numbers
+        from matplotlib.ticker import MaxNLocator
+
+        ticks = [float(t) for t in MaxNLocator(4).tick_values(lo, hi) if lo <= t <= hi]
+    return ticks
 
 
 def _panel_note(key: str, report, left_out: int) -> str:

@@ -26,9 +26,12 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], col: Collector) -> Tuple[List[
     col.same("verdict", "(report)", "ok", a.get("ok"), b.get("ok"))
     col.same("verdict", "(report)", "failure", _failure(a.get("failure")), _failure(b.get("failure")))
     col.same("verdict", "(report)", "mode", a.get("mode"), b.get("mode"))
-    for name, ta, tb in _pair(_by_name(a.get("inputs")), _by_name(b.get("inputs"))):
-        tensor(col, "inputs", f"(model input) {name}", "input", ta, tb)
+    inputs_differ = [name for name, ta, tb in _pair(_by_name(a.get("inputs")), _by_name(b.get("inputs")))
+                     if tensor(col, "inputs", f"(model input) {name}", "input", ta, tb)]
     origins = _calls(a.get("calls") or [], b.get("calls") or [], col)
+    if inputs_differ and not origins:  # every call may differ from the first: say why none is named
+        notes.append(f"the model's inputs differ ({', '.join(inputs_differ)}), so the forward differs from its "
+                     "first call on; no module is named as where it starts to differ")
     _params(a.get("params") or [], b.get("params") or [], col)
     _backward(a.get("backward") or {}, b.get("backward") or {}, col)
     _findings(a, b, col)

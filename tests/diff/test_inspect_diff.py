@@ -136,3 +136,25 @@ def test_hf_gpt2_one_block_changed_is_the_origin():
     assert {c.where for c in d.changes if c.section == "params" and c.what == "norm"} == {"h.1.mlp.c_proj.weight"}
     assert not any(c.where.startswith(("h.0", "wte", "wpe")) for c in d.changes
                    if c.section == "calls" and not c.what.endswith("grad norm"))
+
+
+def test_different_inputs_name_no_origin_and_say_why(x):
+    d = layerlab.diff(layerlab.inspect(mlp(), x), layerlab.inspect(mlp(), 2 * x))
+    assert d.differs and d.origins == []
+    std = next(c for c in d.changes if c.where == "(model input) input" and c.what == "input std")
+    assert std.b == pytest.approx(2 * std.a, rel=1e-6) and std.a == pytest.approx(x.std(correction=0).item(), rel=1e-6)
+    assert any(n.startswith("the model's inputs differ (input)") for n in d.notes)
+
+
+def test_models_of_different_structure_are_compared_call_by_call(x):
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten())
+    d = layerlab.diff(layerlab.inspect(mlp(), x), layerlab.inspect(conv, torch.randn(2, 3, 8, 8)))
+    found = {(c.where, c.what): (c.a, c.b) for c in d.changes}
+    assert found[("0", "class")] == ("Linear", "Conv2d")
+    assert found[("1", "class")] == ("Tanh", "Flatten")
+    assert found[("0", "output shape")] == ([5, 16], [2, 4, 6, 6])
+    assert {w for (w, what) in found if what == "call gone"} == {"2", "3", "4"}
+    assert found[("0.weight", "shape")] == ([16, 8], [4, 3, 3, 3])
+    assert {w for (w, what) in found if what == "parameter gone"} == {"2.weight", "2.bias", "4.weight", "4.bias"}
+    assert d.origins == [] and any("inputs differ" in n for n in d.notes)

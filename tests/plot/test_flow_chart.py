@@ -178,3 +178,27 @@ def test_drawing_leaves_pyplot_and_rcparams_alone():
 
     if "matplotlib.pyplot" in sys.modules:
         assert sys.modules["matplotlib.pyplot"].get_fignums() == []
+
+
+def _labelled_ticks(ax):
+    lo, hi = ax.get_ylim()
+    ax.figure.canvas.draw()  # tick labels are made when drawn
+    return {t.get_text(): v for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if lo <= v <= hi and t.get_text()}
+
+
+def test_a_vanishing_gradient_over_eight_decades_has_labelled_ticks(tmp_path):
+    # ten Linear → Sigmoid: ‖∂L/∂w‖ falls from ~1 to ~1e-8 (each sigmoid passes ≤ 1/4 of the gradient);
+    # matplotlib's LogLocator with subs (1, 2, 5) drew no labelled tick at all on such an axis
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(10) for m in (nn.Linear(32, 32), nn.Sigmoid())], nn.Linear(32, 2))
+    report = layerlab.inspect(model, torch.randn(64, 32))
+    fig = gradient_flow(report, path=tmp_path / "flow.png")
+    grad, = _lines(fig, "grad:0:").values()
+    first, last = grad.get_ydata()[0], grad.get_ydata()[-1]
+    assert last / first > 1e6  # the picture is of a real vanishing gradient
+    ticks = _labelled_ticks(fig.axes[0])
+    assert len(ticks) >= 4 and all(math.log10(v) == round(math.log10(v)) for v in ticks.values())
+    assert min(ticks.values()) <= 100 * first and max(ticks.values()) >= last / 100  # a tick every 2 decades
+    # a narrow range (the weight norms here: all about 2.7 but the last) still gets plain labels
+    for ax in fig.axes[:2]:
+        assert len(_labelled_ticks(ax)) >= 2

@@ -58,6 +58,33 @@ def test_a_zero_classifier_head_is_named_once_and_torch_agrees_nothing_upstream_
     assert len(_init_findings(full)) == 1  # the probe replaces the short form: nothing said twice
 
 
+class _ZeroBranch(nn.Module):
+    """A residual block whose branch ends in a zero conv (Fixup / ControlNet's zero convolution)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1, self.act, self.conv2 = nn.Conv2d(c, c, 3, padding=1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1)
+        nn.init.zeros_(self.conv2.weight), nn.init.zeros_(self.conv2.bias)
+
+    def forward(self, x):
+        return x + self.conv2(self.act(self.conv1(x)))
+
+
+def test_zero_init_residual_branches_are_notes_that_do_not_claim_the_skip_path_starves():
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _ZeroBranch(8), _ZeroBranch(8)), torch.randn(2, 3, 8, 8)
+    # torch: the stem still learns through the skips; the branch's first conv gets nothing on step one
+    stem, branch = torch.autograd.grad(model(x).pow(2).sum(), [model[0].weight, model[1].conv1.weight])
+    assert stem.abs().sum() > 0 and not branch.any()
+
+    report = layerlab.inspect(model, x, backward=False)  # our own notes (no gradient_root without backward)
+    notes = [f for f in _init_findings(report) if f.code == "zero-init"]
+    assert sorted(f.where for f in notes) == ["1.conv2", "2.conv2"] and report.warnings == []
+    for f in notes:
+        assert "nothing upstream" not in f.message
+        assert "what reaches the loss only through it gets none (a skip connection around it" in f.message
+
+
 def test_two_consecutive_zero_layers_are_a_warning_and_torch_agrees_neither_learns():
     torch.manual_seed(0)
     model, x = _mlp(), torch.randn(8, 16)

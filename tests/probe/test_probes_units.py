@@ -71,7 +71,12 @@ def test_dead_sees_functional_relu_and_saturated_sigmoid_in_model_code():
         model.fc.bias[3] = -50.0  # dead for F.relu, and sigmoid(100 · x) saturated near 0 for unit 3
     report = layerlab.inspect(model, torch.randn(200, 6), probes=["dead"])
     codes = {(p.code, p.where) for p in report.problems}
-    assert ("dead-units", None) in codes  # the root module's own code (path "")
+    assert ("dead-units", "(root)") in codes  # the root module's own code (path "")
+    dead = next(p for p in report.problems if p.code == "dead-units")
+    # the root has no ReLU module: the message says it is a call in its forward, not "ReLU units of (root)"
+    assert "ReLU units of (root)'s forward (a functional relu call) are zero for all 200 samples" in dead.message
+    with torch.no_grad():  # and torch agrees: unit 3 of F.relu(fc(x)) is zero on every sample
+        assert not F.relu(model.fc(torch.randn(200, 6)))[:, 3].any()
     sat = [p for p in report.problems if p.code == "saturated-units"]
     assert sat and 3 in sat[0].data["units"]
     kinds = [r.flags[0] for r in report.probe("dead").rows]

@@ -128,6 +128,8 @@ class DeadProbe(Probe):
         idx = bad.nonzero().flatten().tolist()
         call = self.counter.next(path)
         label_text = f"{path or '(root)'}" + (f" call {call}" if call > 1 else "")
+        if not any(a in class_name.lower() for a in ("relu", "sigmoid", "tanh")):  # F.relu, torch.sigmoid in a forward
+            label_text = f"{label_text}'s forward (a functional {kind} call)"
         what = "dead" if kind == "relu" else "saturated"
         if idx:
             enough = samples >= MIN_SAMPLES
@@ -160,7 +162,7 @@ class DeadProbe(Probe):
                 message = (f"{len(units)} of {w['of']} {w['kind']} units of {w['label']} are saturated on all "
                            f"{w['samples']} samples (units {shown}): their gradient is < 0.2% of its maximum")
                 hint = "normalise the input of this activation (LayerNorm/BatchNorm) or scale its initialisation down"
-            findings.append(Problem(code=f"{w['what']}-units", message=message, where=w["where"] or None, hint=hint,
+            findings.append(Problem(code=f"{w['what']}-units", message=message, where=w["where"] or "(root)", hint=hint,
                                     data={"units": units, "of": w["of"], "samples": w["samples"]}))
         if self.weak:
             findings.append(Problem(

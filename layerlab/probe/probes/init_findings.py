@@ -5,8 +5,9 @@ pass over the report's parameter records and calls, plus a ``std`` of the few we
 about 1. Three findings:
 
     zero-init           a weight matrix (≥ 2-D) that is all zero. The gradient w.r.t. its module's
-                        input is ``∂L/∂y · W = 0``, so nothing upstream gets a gradient on the first
-                        step; its own gradient ``∂L/∂y · xᵀ`` is usually non-zero, so the first step
+                        input is ``∂L/∂y · W = 0``, so what reaches the loss only through it gets no
+                        gradient on the first step (a skip connection around it still carries one);
+                        its own gradient ``∂L/∂y · xᵀ`` is usually non-zero, so the first step
                         moves it and gradient flows from then on (a note: intended for zero-init
                         residual branches and heads). Two consecutive zero layers (the zero layer's
                         input is the all-zero output of another zero layer) never learn: the second
@@ -119,7 +120,8 @@ def _zero_finding(report, root, path, name, feeder_weight, pair) -> Problem:
         message = f"{name} is all zero: every index maps to the zero vector until it moves"
     else:
         message = (f"{name} is all zero (zero-initialised): the gradient w.r.t. {path or 'the model'}'s input is "
-                   "exactly 0 (∂L/∂x = ∂L/∂y · W), so nothing upstream of it gets a gradient on the first step")
+                   "exactly 0 (∂L/∂x = ∂L/∂y · W), so on the first step no gradient flows back through it: what "
+                   "reaches the loss only through it gets none (a skip connection around it still carries gradient)")
     severity, hint = "info", None
     if own is not None and not own.trainable:
         message += f"; {name} is frozen, so it stays zero and nothing upstream ever trains through it"

@@ -82,7 +82,11 @@ def _fill(row: ProbeRow, grads, sat, skipped, bidirectional: bool) -> None:
             row.series[f"{kind}_sat"] = values
             row.values[f"{kind}_sat"] = sum(values) / len(values)
     if bidirectional:
-        row.flags.append("bidirectional: min/max over steps")
+        row.flags.append(_BIDIRECTIONAL)
+
+
+#: a bidirectional layer's grad x₀/x_T is the weakest step's over the strongest's: either end may be the far one
+_BIDIRECTIONAL = "bidirectional: grad ratio = weakest/strongest step"
 
 
 def _ratio(grads: List[float], bidirectional: bool) -> Optional[float]:
@@ -103,7 +107,7 @@ def _findings(row: ProbeRow, vanish: float, saturated: float) -> List[Problem]:
     if grads and ratio is not None and ratio < vanish:
         row.flags.append("vanishing over time")
         last = len(grads) - 1
-        if "bidirectional: min/max over steps" in row.flags:
+        if _BIDIRECTIONAL in row.flags:
             low, high = grads.index(min(grads)), grads.index(max(grads))
             what = f"at step {low} is {ratio:.2g} of the largest (step {high})"
         else:
