@@ -67,10 +67,18 @@ def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
         from layerlab.cli import render_export
 
         return render_export.matrix(report, verbose=verbose)
+    if kind == "TrainReport":
+        from layerlab.cli import render_train
+
+        return render_train.report(report)
     if kind == "PrecisionReport":
         from layerlab.cli import render_precision
 
         return render_precision.report(report, depth=depth)
+    if kind == "DdpReport":
+        from layerlab.cli import render_ddp
+
+        return render_ddp.report(report)
     raise TypeError(f"layerlab.render takes a layerlab report (from inspect, verify, profile or export_check), "
                     f"got {kind}")
 

@@ -35,7 +35,7 @@ def assemble(base: DdpReport, module: torch.nn.Module, single: Any, results: Lis
     if ran_with and not find_unused:
         report.notes.append("some parameters got no gradient, so the DDP step ran with find_unused_parameters=True "
                             "to finish the check (your setting, False, would raise or hang)")
-    unused = checks.unused_findings(module, results, find_unused)
+    unused = checks.unused_findings(module, results, find_unused, single.shards)
     report.findings += unused
     report.findings += checks.shape_findings(single.shards, results)
     cmp = Comparer(single.full.grads, report.tolerance)

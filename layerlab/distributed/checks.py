@@ -8,7 +8,9 @@
   every rank makes DDP (find_unused_parameters=False) raise at the next step ("Expected to have
   finished reduction in the prior iteration"); one that gets a gradient on some ranks only means
   rank-dependent control flow, where DDP's buckets disagree and the all-reduce errors or hangs.
-  Each is named with its module and whether that module's forward ran.
+  Each is named with its module and whether that module's forward ran; when one process on the
+  same shard skips the same parameters, the branch follows the data (data-dependent control flow),
+  not the rank.
 * **buffers** — after the DDP step: which ranks changed each buffer and whether the ranks agree.
 * **shapes** — every rank's outputs against one process on the same shard (dtype and shape).
 """
@@ -60,7 +62,10 @@ def failure_findings(results: List[Dict[str, Any]]) -> List[Finding]:
     return out
 
 
-def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unused: bool) -> List[Finding]:
+def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unused: bool,
+                    single_shards: Any = None) -> List[Finding]:
+    """``single_shards[r]``: one process on rank r's shard; when it skips exactly what rank r skips, the
+    branch follows the data (a parameter used only on some inputs), not the rank."""
     world = len(results)
     owners: Dict[str, Dict[str, Any]] = {}
     for name, p in module.named_parameters():
@@ -91,6 +96,19 @@ def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unuse
                      if find_unused else "DDP raises 'Expected to have finished reduction in the prior iteration' at "
                      "the next step: remove or freeze the module (requires_grad_(False)), or pass "
                      "find_unused_parameters=True")))
+        elif _follows_data(entry["params"], missing, world, single_shards):
+            used = [r for r in range(world) if r not in missing]
+            out.append(Finding(
+                "unused", "info" if find_unused else "error", "data-dependent control flow",
+                f"{', '.join(entry['params'])} of {label} got gradients on ranks {_ranks(used)} but not on "
+                f"ranks {_ranks(missing)}; one process on the same samples skips them too, so the branch follows "
+                "the data, not the rank",
+                where=[owner, *entry["params"]],
+                cause="parameters used only on some inputs (routing, a threshold, an early exit)",
+                fix=("find_unused_parameters=True is set: DDP copes, at the cost of a graph traversal per step"
+                     if find_unused else "without find_unused_parameters=True DDP waits for gradients these ranks "
+                     "never produce (it raises at the next step, or hangs): pass find_unused_parameters=True, or "
+                     "make every branch touch its parameters")))
         else:
             used = [r for r in range(world) if r not in missing]
             why = (f"its forward ran on ranks {_ranks(ran_on)} only" if ran_on and len(ran_on) < world else
@@ -107,6 +125,13 @@ def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unuse
                      "and the all-reduce errors or hangs: make the branch the same on every rank, or pass "
                      "find_unused_parameters=True")))
     return out
+
+
+def _follows_data(params: List[str], missing: List[int], world: int, single_shards: Any) -> bool:
+    """One process on each rank's shard gets no gradient for ``params`` exactly on the ranks in ``missing``."""
+    if not single_shards:
+        return False
+    return all((single_shards[r].grads.get(p) is None) == (r in missing) for r in range(world) for p in params)
 
 
 def _ranks(ranks: List[int]) -> str:

@@ -16,7 +16,10 @@ tolerance. When G_0 ≠ S, the evidence narrows the cause, in this order:
 2. G_0 ≠ mean_r g_r: DDP's result is not the average of what the ranks computed (cause unknown).
 3. mean_r s_r ≠ S: each shard is right alone but the samples interact across the batch. If
    mean_r s_r = c·S for one constant c ≠ 1, the loss is not a per-sample mean (a sum: c = 1/world);
-   else BatchNorm in train mode (per-shard statistics), else random draws (dropout), else unknown.
+   if S = Σ_r c_r·s_r with unequal c_r, each rank's loss is a mean over its own count of items (masked
+   tokens) where the whole batch divides by the total; else a module ran on the whole batch but not
+   on a shard (a branch on a batch-level quantity), BatchNorm in train mode (per-shard
+   statistics), random draws (dropout), else unknown.
 
 Tolerances (|a − b| ≤ atol·scale + rtol·|b|, scale the largest |S| of the parameter, at least 0.1
 of the largest over all: float32 rounding follows the size of the terms summed, and a gradient that
@@ -93,6 +96,23 @@ def factor(a: Grads, b: Grads, cmp: Comparer) -> Optional[float]:
     c = num / den
     scaled = {k: None if b[k] is None else b[k].double() * c for k in names}
     return c if all(cmp.close(k, a[k], scaled[k]) for k in names) else None
+
+
+def rank_weights(S: Grads, shards: List[Grads], cmp: Comparer) -> Optional[List[float]]:
+    """``c`` with ``S = Σ_r c_r·s_r`` for every parameter (least squares, then within tolerance), else
+    ``None``. Only claimed with many more gradient elements than ranks, so that a fit cannot be exact
+    by having as many unknowns as equations."""
+    names = [k for k in S if S[k] is not None]
+    if not names:
+        return None
+    vecs = [torch.cat([_z(s.get(k), S[k]).reshape(-1) for k in names]) for s in shards]
+    target = torch.cat([S[k].double().reshape(-1) for k in names])
+    if target.numel() < 8 * len(shards):
+        return None
+    basis = torch.stack(vecs, dim=1)
+    c = torch.linalg.lstsq(basis, target.unsqueeze(1)).solution.squeeze(1)
+    fit = {k: sum(float(c[r]) * _z(shards[r].get(k), S[k]) for r in range(len(shards))) for k in names}
+    return [float(v) for v in c] if all(cmp.close(k, fit[k], S[k]) for k in names) else None
 
 
 def gradient_rows(single: Any, results: List[Dict[str, Any]], cmp: Comparer) -> List[ParamRow]:
@@ -190,7 +210,28 @@ def gradient_findings(module: nn.Module, single: Any, results: List[Dict[str, An
             fix="average the loss over the rank's samples (reduction='mean'), or multiply it by the world size "
                 "if you want the sum"))
         return out
+    weights = rank_weights(S, [s.grads for s in single.shards], cmp)
+    if weights is not None:
+        said = ", ".join(f"{w:.3g}" for w in weights)
+        out.append(Finding(
+            "gradients", "error", "loss averaged per rank over unequal counts",
+            f"{seen}. The whole batch's gradient is Σ c_r × shard r's gradient with c = ({said}), but DDP gives "
+            f"every rank 1/{world}: each rank's loss divides by its own count of items, and the counts differ",
+            where=where, cause="a per-rank mean over a count that differs per rank (masked or padded tokens, "
+            "ignore_index, a per-rank number of valid samples): the mean of the ranks' means is not the global mean",
+            fix="divide by the global count: all_reduce the number of items, then loss = sum / global_count × "
+                "world_size (DDP divides by the world size again)"))
+        return out
     causes = []
+    branch = _batch_decided_branch(single)
+    if branch:
+        causes.append(Finding(
+            "gradients", "error", "control flow decided by the whole batch",
+            f"{seen}. Each shard alone matches one process, but {_names(branch)} ran in one process on the whole "
+            "batch and not on every shard (or the reverse): a condition computed over the batch picks the branch, "
+            "so the ranks take other branches than one process does", where=branch,
+            cause="a branch on a batch-level quantity (x.mean() > 0, a batch statistic, the batch size)",
+            fix="decide per sample (torch.where, masking) or all_reduce the quantity so every rank decides alike"))
     norms = _batchnorms_in_train(module)
     if norms:
         causes.append(Finding(
@@ -217,6 +258,16 @@ def gradient_findings(module: nn.Module, single: Any, results: List[Dict[str, An
         fix="make the loss a mean over samples and normalisations per sample, or synchronise the batch-level "
             "quantity across ranks (all_reduce)"))
     return out
+
+
+def _batch_decided_branch(single: Any) -> List[str]:
+    """Modules whose forward ran on the whole batch but not on some shard, or on a shard but not on
+    the whole batch (one process each time: no rank involved)."""
+    full = set(single.full.ran)
+    odd = set()
+    for shard in single.shards:
+        odd |= full ^ set(shard.ran)
+    return sorted(odd)
 
 
 def _batchnorms_in_train(module: nn.Module) -> List[str]:

@@ -159,12 +159,18 @@ def _outcome(rank: int, proc: Any, log_dir: str) -> Dict[str, Any]:
         return result
     stack = stack_from_dump(log)
     if stack is not None:
-        return {"rank": rank, "status": "hung", "frames": stack, "log_tail": log[-2000:],
+        return {"rank": rank, "status": "hung", "frames": stack, "log_tail": log[-2000:], "pid": proc.pid,
                 "error": "still running when stopped" + (f", at {stack[-1]}" if stack else "")}
     code = proc.exitcode
+    if not os.path.exists(os.path.join(log_dir, f"rank{rank}.log")):  # it died before spawned() ran
+        return {"rank": rank, "status": "killed", "frames": [], "log_tail": "", "pid": proc.pid,
+                "error": f"it exited (code {code}) while starting, before layerlab's code ran in it: importing the "
+                         "main script in the rank failed (its error is on this process's stderr). A script that "
+                         "calls layerlab.ddp_check needs it under if __name__ == '__main__': every rank imports "
+                         "the script again"}
     how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
            else f"exited with code {code}")
-    return {"rank": rank, "status": "killed", "error": f"{how} without a Python exception", "frames": [],
+    return {"rank": rank, "status": "killed", "error": f"{how} without a Python exception", "frames": [], "pid": proc.pid,
             "log_tail": log[-2000:]}
 
 

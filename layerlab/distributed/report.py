@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from layerlab.report_render import Displayable
+
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
 
@@ -114,9 +116,10 @@ class BufferRow:
     status: str = "ok"
 
 
-@dataclass
-class DdpReport:
-    """``layerlab.ddp_check``'s result; ``ok`` is False when a finding is an error.
+@dataclass(repr=False)
+class DdpReport(Displayable):
+    """``layerlab.ddp_check``'s result; ``ok`` is False when a finding is an error. ``print(report)``
+    shows the CLI's tables (:func:`layerlab.render`).
 
     Attributes:
         target, model: what was checked (spec path / class path).

@@ -85,6 +85,7 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
 
     from layerlab.distributed import launch, torchrun
 
+    _refuse_in_a_starting_rank()
     if torchrun.environment() is None:
         launch.prestart()  # the ranks' imports overlap building the model and the single-process runs
     given = dict(nproc=nproc, loss=loss, find_unused_parameters=find_unused_parameters,
@@ -110,6 +111,17 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
     return check_target(target, build, DdpOptions().with_(**given), allow_import=allow_import)
 
 
+def _refuse_in_a_starting_rank() -> None:
+    """A rank re-imports the main script; unguarded, the script calls ddp_check again there. Say so in
+    one line (the driver names the rank that died) instead of multiprocessing's page of traceback."""
+    import multiprocessing
+    import sys
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a child bootstraps
+        sys.exit("error: layerlab.ddp_check was called while a rank imported the main script: put the call under "
+                 "if __name__ == '__main__':")
+
+
 def _seed_only(seed: int):
     from layerlab.spec import Overrides
 
@@ -117,21 +129,43 @@ def _seed_only(seed: int):
 
 
 def _check_picklable(obj: Any) -> None:
-    """The ranks get the model by pickle: its classes (or the factory) must be importable there."""
-    things = [type(m) for m in obj.modules()] if isinstance(obj, torch.nn.Module) else [obj]
-    for thing in things:
-        try:
-            pickle.dumps(thing)
-        except Exception as exc:
-            raise UsageError(f"the ranks cannot import {getattr(thing, '__qualname__', thing)!r}: {exc}",
-                             where="model", hint="define the model's classes (or the factory) at module level in "
-                             "an importable file, not inside a function or a notebook cell") from None
+    """The ranks get the model (or the factory) by pickle: its classes must be importable there, and
+    every attribute picklable (a lambda or a local function stored on a module is not). Tensors are
+    left out of this trial (``persistent_id``): the check costs no copy of the weights."""
+    import io
+
+    class _NoTensors(pickle.Pickler):
+        def persistent_id(self, o: Any) -> Any:
+            return id(o) if isinstance(o, torch.Tensor) else None
+
+    try:
+        _NoTensors(io.BytesIO()).dump(obj)
+    except Exception as exc:
+        what = "the factory" if not isinstance(obj, torch.nn.Module) else f"the model ({type(obj).__qualname__})"
+        raise UsageError(f"the ranks cannot receive {what}: {type(exc).__name__}: {exc}", where="model",
+                         hint="define the model's classes (or the factory) at module level in an importable file, "
+                         "not inside a function or a notebook cell, and keep lambdas off the module (or pass a "
+                         "factory: ddp_check(make_model, x))") from None
 
 
 def check_target(target: Any, build: Optional[Callable[[], torch.nn.Module]], options: DdpOptions, *,
                  allow_import: bool = False, progress: Optional[Callable[[str], None]] = None):
     """The check on a built :class:`~layerlab.target.Target`: ``build`` makes the model in a rank
-    (``None``: the target's module is pickled to them)."""
+    (``None``: the target's module is pickled to them).
+
+    This process uses the intra-op threads one rank gets (``cores // world``; restored after): the
+    fork server and the ranks run beside its single-process runs and comparisons, and on a busy
+    2-core machine two OpenMP threads fighting them made a 20 ms step take 300 ms. One thread per
+    side also sums in the same order on both sides."""
+    before = torch.get_num_threads()
+    try:
+        return _check(target, build, options, allow_import, progress or (lambda what: None))
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check(target: Any, build: Optional[Callable[[], torch.nn.Module]], options: DdpOptions, allow_import: bool,
+           tell: Callable[[str], None]):
     from layerlab.distributed import torchrun
     from layerlab.distributed.loss import MeanLoss, UserLoss
     from layerlab.distributed.report import DdpReport
@@ -141,9 +175,10 @@ def check_target(target: Any, build: Optional[Callable[[], torch.nn.Module]], op
     from layerlab.target.bind import class_path, map_args
 
     t0 = time.perf_counter()
-    tell = progress or (lambda what: None)
     env = torchrun.environment()
     world = env.world if env else check_nproc(options.nproc, "nproc")
+    threads = max(1, (os.cpu_count() or 1) // (env.local_world if env else world))
+    torch.set_num_threads(threads)
     check_timeout(options.timeout, "timeout")
     module = target.module
     device = _device(module, world, env)
@@ -158,7 +193,7 @@ def check_target(target: Any, build: Optional[Callable[[], torch.nn.Module]], op
     job = RankJob(build=build or _Given(_copy(module)), state=None if build is None else _cpu_state(module),
                   mode=target.mode, args=job_args, plan=the_plan, loss=loss, options=options,
                   backend="nccl" if device == "cuda" else "gloo", device=device, seed=target.seed,
-                  threads=max(1, (os.cpu_count() or 1) // world), env={"OMP_NUM_THREADS": "1"})
+                  threads=threads, env={"OMP_NUM_THREADS": "1"})
     base = DdpReport(target=target.name, model=class_path(module), world_size=world, backend=job.backend,
                      device=device, launcher="torchrun" if env else "layerlab", batch=the_plan.batch,
                      batch_dims=dict(the_plan.dims), loss=loss.description,

@@ -51,7 +51,11 @@ def plan(module: Any, args: List[Arg], batch_dims: Dict[str, Optional[int]], wor
                          hint="give the spec a batch (input: {shape: [8, …]}) or say where it is: "
                               "batch_dims: {x: 0}")
     if B % world or B < world:
-        raise UsageError(f"a batch of {B} does not split into {world} equal shards", where="--nproc",
+        dims = describe(ids, tensors)
+        at = next((f" (dim {d} of {p})" for p, d in dims.items() if d is not None), "")
+        what = (f"a batch of {B}{at} cannot feed {world} ranks: each rank needs at least one sample" if B < world
+                else f"a batch of {B}{at} does not split into {world} equal shards")
+        raise UsageError(what, where="--nproc",
                          expected=f"a batch that is a multiple of {world}", got=B,
                          hint=f"use --input-shape with a batch of {max(world, B - B % world) or world} or "
                               f"--nproc that divides {B}: DDP's average equals the whole batch's mean only "

@@ -83,7 +83,13 @@ class _blame:
         from layerlab.distributed.worker import summarize_exception
 
         error, frames = summarize_exception(exc)
-        raise CheckFailed(f"the model raised in one process {self.when}: {error}",
+        if "process group has not been initialized" in error:  # torch.distributed's words for "no group"
+            raise CheckFailed(f"the model calls torch.distributed in its forward (dist.get_rank() or a collective) "
+                              f"without a process group, so one process cannot run it {self.when}, and there is "
+                              f"no single-process step to compare DDP's with: {error}",
+                              where=frames[-1] if frames else None,
+                              hint="guard it (dist.get_rank() if dist.is_initialized() else 0): then ddp-check "
+                                   "runs and shows whether the rank changes what the model computes") from None
+        raise CheckFailed(f"the model or the loss raised in one process {self.when}: {error}",
                           where=frames[-1] if frames else None,
-                          hint="a model that needs a process group (dist.get_rank() unguarded) cannot run in "
-                               "one process: guard it with dist.is_initialized()") from None
+                          hint="the same step would raise in training; the frame above is where") from None

@@ -1,61 +1,117 @@
-"""How long a 2-rank ``layerlab ddp-check`` of configs/cnn_block.yaml takes, next to one process.
+"""How long a 2-rank ``layerlab ddp-check`` of configs/cnn_block.yaml takes, cold from the CLI.
 
-    python tests/benchmarks/bench_ddp_check.py
+    python tests/benchmarks/bench_ddp_check.py              # 3 cold runs
+    python tests/benchmarks/bench_ddp_check.py --repeats 5
 
-Prints, measured in this one run:
+Prints, measured side by side in this one run:
 
-* cold CLI: ``layerlab ddp-check configs/cnn_block.yaml --json`` in a fresh Python process, start to
-  exit (imports, the fork server importing torch and torch._dynamo for the ranks, both ranks, the
-  report) — the number the issue bounds (< 15 s);
-* warm: ``layerlab.ddp_check`` again in this process (the fork server is up: ranks start at once);
-* single process: one plain forward + backward of the same model on the whole batch, and
-  layerlab's single-process side (whole batch + each shard + the randomness probe).
+* **cold CLI**: ``python -m layerlab ddp-check configs/cnn_block.yaml --json`` in a fresh process,
+  start to exit — the number the issue bounds (< 15 s). Next to the wall time, the CPU time of the
+  *whole process tree* (the CLI, its fork server, both ranks): this process makes itself a child
+  subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so the fork server, orphaned when the CLI exits,
+  is re-parented here, waited for, and counted in ``RUSAGE_CHILDREN``. A process of the tree still
+  alive 10 s after the CLI exited is reported as an orphan. The machine is shared: the load
+  average before each run says how much of the wall time was waiting for a core.
+* **floor**: the same for ``python -c "import torch"`` and ``import torch, torch._dynamo`` — what
+  any torch CLI pays, and what a DDP rank must import (DDP's constructor and forward import
+  torch._dynamo; the fork server imports it once for every rank);
+* **warm**: ``layerlab.ddp_check`` again in this process (fork server up), with its own split
+  into the single-process side and the ranks.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(ROOT, "configs", "cnn_block.yaml")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _cpu_children() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _reap(limit_s: float = 10.0) -> int:
+    """Wait for every re-parented descendant; return how many were still alive after ``limit_s``
+    (orphans: reported, and left alone)."""
+    end = time.monotonic() + limit_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if pid == 0:
+            if time.monotonic() >= end:
+                return len([d for d in os.listdir("/proc") if d.isdigit() and _parent(d) == os.getpid()])
+            time.sleep(0.05)
+
+
+def _parent(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def timed(argv, env=None):
+    """``(wall s, tree CPU s, exit code, orphans)`` of one fresh process and all its descendants."""
+    before = _cpu_children()
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    orphans = _reap()
+    if proc.returncode not in (0, 1):
+        sys.exit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return wall, _cpu_children() - before, proc.returncode, orphans
 
 
 def main() -> None:
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "layerlab", "ddp-check", SPEC, "--json"], cwd=ROOT,
-                          capture_output=True, text=True)
-    cold = time.perf_counter() - t0
-    if proc.returncode not in (0, 1):
-        sys.exit(f"ddp-check failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    libc = ctypes.CDLL(None, use_errno=True)
+    subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+    py = sys.executable
+    floor = {"import torch": [py, "-c", "import torch"],
+             "import torch, torch._dynamo": [py, "-c", "import torch, torch._dynamo"]}
+    cli = [py, "-m", "layerlab", "ddp-check", SPEC, "--json"]
+    rows = {name: [] for name in [*floor, "cold CLI ddp-check"]}
+    for _ in range(args.repeats):  # interleaved, so a burst of load on the shared machine hits all alike
+        for name, argv in [*floor.items(), ("cold CLI ddp-check", cli)]:
+            load = os.getloadavg()[0]
+            rows[name].append((*timed(argv), load))
 
     import torch
 
     import layerlab
-    from layerlab.target.build import from_spec
 
     layerlab.ddp_check(SPEC)  # starts the fork server in this process
     t0 = time.perf_counter()
     report = layerlab.ddp_check(SPEC)
     warm = time.perf_counter() - t0
 
-    target = from_spec(SPEC, reference=False)
-    x = target.args[0].value
-    steps = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        target.module(x).mean().backward()
-        steps.append(time.perf_counter() - t0)
-    plain = sorted(steps)[2]
-
     print(f"configs/cnn_block.yaml, batch {report.batch}, 2 ranks (gloo, CPU), {os.cpu_count()} cores, "
-          f"torch {torch.__version__}")
-    print(f"  cold CLI (fresh process, exit code {proc.returncode}):  {cold:6.2f} s   (bound: 15 s)")
-    print(f"  warm ddp_check (fork server up):          {warm:6.2f} s   (ranks {report.seconds['ranks']:.2f} s)")
-    print(f"  layerlab's single-process side:           {report.seconds['single']:6.3f} s")
-    print(f"  one plain step on the whole batch:        {plain:6.3f} s")
+          f"torch {torch.__version__}; tree CPU counted: {subreaper}")
+    print(f"  {'':30s} {'wall s (each run)':>26s} {'median':>7s}  {'tree CPU s':>10s}  load avg")
+    for name, runs in rows.items():
+        walls = [r[0] for r in runs]
+        print(f"  {name:30s} {' '.join(f'{w:5.2f}' for w in walls):>26s} {statistics.median(walls):7.2f}  "
+              f"{statistics.median(r[1] for r in runs):10.2f}  {' '.join(f'{r[4]:.1f}' for r in runs)}"
+              + (f"  ORPHANS {sum(r[3] for r in runs)}" if any(r[3] for r in runs) else ""))
+    print(f"  (bound for the cold CLI: 15 s; exit codes {[r[2] for r in rows['cold CLI ddp-check']]})")
+    print(f"  warm ddp_check (fork server up): {warm:.2f} s = single-process side {report.seconds['single']:.2f} s"
+          f" + ranks {report.seconds['ranks']:.2f} s + the rest")
     print(f"  verdict: ok={report.ok}, findings: {report.titles()}")
 
 

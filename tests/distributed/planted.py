@@ -121,3 +121,96 @@ def rank_scaled_loss(output, inputs):
 def weighted_mean_loss(output, inputs):
     """A per-sample mean with fixed weights: what a healthy DDP step must reproduce exactly."""
     return (output * torch.linspace(-1, 1, output.shape[-1])).mean()
+
+
+class DecidedOnTheBatch(nn.Module):
+    """``extra`` runs when the *batch's* mean of feature 0 is positive: a branch on a batch-level value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+        self.extra = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.body(x)
+        if x[:, 0].mean() > 0:
+            h = self.extra(h)
+        return h
+
+
+class Router(nn.Module):
+    """Per-sample routing (a parameter used only on some inputs): ``extra`` for samples with x[:, 0] > 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 8)
+        self.extra = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.body(x)
+        mask = x[:, 0] > 0
+        if mask.any():
+            h = h.clone()
+            h[mask] = self.extra(h[mask])
+        return h
+
+
+class RankInForward(nn.Module):
+    """Calls ``dist.get_rank()`` in forward, unguarded: it cannot run without a process group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.body(x) * (1 + dist.get_rank())
+
+
+class SeqHead(nn.Module):
+    """LSTM (batch_first=False, as torch's default) with a linear head over every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = nn.LSTM(8, 16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out)
+
+
+class DictToTuple(nn.Module):
+    """A dict of inputs in, a tuple out (the shape of many data loaders and model APIs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(4, 8)
+
+    def forward(self, batch):
+        h = torch.tanh(self.a(batch["x"]) + self.b(batch["y"]))
+        return h, h.sum(-1)
+
+
+class BagOfEmbeddings(nn.Module):
+    """Integer token ids in: an Embedding, a mean over positions, a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(50, 16)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids).mean(1))
+
+
+def masked_mean_loss(output, inputs):
+    """A mean over the rows whose x[:, 0] > 0 (padding-style masking): each rank divides by its own count."""
+    keep = next(iter(inputs.values()))[:, 0] > 0
+    return (output[keep] * torch.linspace(-1, 1, output.shape[-1])).sum() / keep.sum()

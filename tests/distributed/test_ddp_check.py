@@ -153,7 +153,7 @@ def test_bad_inputs_are_usage_errors_before_any_rank_starts():
     class Local(torch.nn.Linear):
         pass
 
-    with pytest.raises(UsageError, match="ranks cannot import"):
+    with pytest.raises(UsageError, match="the ranks cannot receive the model .*Local"):
         layerlab.ddp_check(Local(16, 4), X, nproc=2)
 
 
