@@ -146,6 +146,13 @@ def _largest_intermediate(meta, spec: Spec) -> Optional[Tuple[int, str]]:
     from layerlab.spec.inputs import bind
 
     class Largest(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # torch wraps a mode's __torch_dispatch__ in _disable_dynamo unless this says no, and the
+            # first call of that wrapper imports torch._dynamo: about 1 s of every command's start-up
+            # for a check that never runs under torch.compile
+            return False
+
         def __init__(self) -> None:
             super().__init__()
             self.best: Tuple[int, str] = (0, "")

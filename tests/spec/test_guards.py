@@ -330,3 +330,17 @@ def test_missing_device_points_at_device_key(cli):
     error = refused(cli, "inspect", "layer: Linear\nargs: [2, 2]\ndevice: cuda\ninput: [2, 2]\n")
     assert error["message"].startswith("cannot move the model to device 'cuda'")
     assert error["where"].endswith("s.yaml:3:1") and "\n" not in error["message"]
+
+
+def test_the_memory_estimate_does_not_import_dynamo():
+    """The meta forward's dispatch mode must not pull in torch._dynamo (about 1 s of every command)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "conv2d.yaml"
+    code = ("import sys\nfrom layerlab.target.build import from_spec\nfrom_spec(sys.argv[1])\n"
+            "import layerlab.spec.memory\nprint('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
