@@ -85,3 +85,19 @@ class HotAttention(nn.Module):
         q, k, v = self.qkv(x).chunk(3, dim=-1)                    # 3 × (N, L, E)
         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + self.offset   # (N, L, L)
         return self.out(scores.softmax(dim=-1) @ v)
+
+
+class OffsetCentre(nn.Module):
+    """Adds a large constant offset, then centres by subtracting the mean: in float32 the offset
+    cancels exactly, but in bfloat16 ``h`` is rounded at magnitude ~50 (steps of 0.25), so
+    ``h - h.mean()`` keeps only a few correct bits. (torch sums bfloat16 in float32: the mean is
+    not the problem.) Fix: centre before adding the offset, or build ``h`` in float32."""
+
+    def __init__(self, features: int = 16, offset: float = 50.0) -> None:
+        super().__init__()
+        self.offset = offset
+        self.proj = nn.Linear(features, features)
+
+    def forward(self, x):                                         # x: (N, E)
+        h = self.proj(x) + self.offset
+        return h - h.mean()                                       # the planted bug: cancels in low precision

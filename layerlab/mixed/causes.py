@@ -16,10 +16,15 @@ exp/softmax    softmax, log_softmax, exp, logsumexp, nn.Softmax …     an absol
                                                                       bf16, 0.5 in fp16
 variance       var, std, pow, square, norm, x * x, nn.LayerNorm …     E[x²] − E[x]² cancels: the
                                                                       rounding of E[x²] is left
-long sum       sum, mean, cumsum, prod over ≥ 1024 elements           a running sum in 8 bits of
-                                                                      mantissa stops growing
+cancellation   sub/add whose float32 result is ≥ 16× smaller than     both operands were rounded at
+               an operand (``h - h.mean()`` with a large mean)        their own magnitude; the
+                                                                      difference keeps few bits
 large value    any op whose float32 |x| exceeds the dtype's range     inf, then NaN downstream
 =============  =====================================================  ============================
+
+No rule blames a long ``sum``/``mean``/``cumsum``: torch accumulates those in float32 for float16
+and bfloat16 inputs (CPU and CUDA), so a sum of 8192 bfloat16 ones is 8192; only its result is
+rounded, which is a cancellation's business when something subtracts it.
 """
 
 from __future__ import annotations
@@ -34,19 +39,19 @@ from layerlab.mixed.runs import OpSeen
 EXP_OPS = {"softmax", "F.softmax", "log_softmax", "F.log_softmax", "exp", "exp2", "logsumexp", "softmin", "F.softmin"}
 SQUARE_OPS = {"var", "std", "var_mean", "std_mean", "pow", "square", "norm", "linalg_vector_norm", "vector_norm",
               "F.normalize", "rsqrt", "__pow__"}
-SUM_OPS = {"sum", "mean", "cumsum", "prod", "nansum", "nanmean"}
+CANCEL_OPS = {"sub", "__sub__", "__rsub__", "subtract", "add", "__add__", "__radd__", "__iadd__", "__isub__"}
 MUL_OPS = {"mul", "__mul__", "multiply"}
 EXP_MODULES = {"Softmax", "LogSoftmax", "Softmin", "Softmax2d"}
 NORM_MODULES = {"LayerNorm", "GroupNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d",
                 "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"}
-#: a reduction over at least this many elements per output counts as long
-LONG_SUM = 1024
+#: a sum or difference this many times smaller (float32 max |x|) than an operand has cancelled
+CANCELLED = 16.0
 LOW = {"float16", "bfloat16"}
 
 
 @dataclass
 class Cause:
-    """``what``: exp | variance | sum | overflow; ``text``: the sentence; ``fix``; ``source``: ``file:line``."""
+    """``what``: exp | variance | cancellation | overflow; ``text``: the sentence; ``fix``; ``source``: ``file:line``."""
 
     what: str
     text: str
@@ -73,13 +78,26 @@ def _square(op: OpSeen) -> bool:
             and (ins[0].from_op is not None or ins[0].from_call is not None))
 
 
-def _reduced(op: OpSeen) -> int:
-    """Elements summed per output element (input numel / output numel)."""
-    if not op.record.inputs or not op.record.outputs:
-        return 0
-    n_in = math.prod(op.record.inputs[0].shape or [1])
-    n_out = math.prod(op.record.outputs[0] or [1])
-    return n_in // max(n_out, 1)
+def _cancelled(op: OpSeen, amax: dict) -> Optional[float]:
+    """How many times larger (float32 max |x|) an operand made by this call's own ops is than this
+    add/sub's result, or ``None`` (not an add/sub, or magnitudes unknown). ``amax``: op index in
+    this run → the float32 run's max |output| of the same op."""
+    if op.record.op not in CANCEL_OPS or len(op.record.inputs) != 2:
+        return None
+    out = amax.get(op.record.index)
+    ins = [amax.get(i.from_op) for i in op.record.inputs if i.from_op is not None]
+    ins = [a for a in ins if a is not None and math.isfinite(a)]
+    if out is None or not ins or not math.isfinite(out):
+        return None
+    return max(ins) / out if out > 0 else math.inf
+
+
+def float32_amax(ops: List[OpSeen], ref_ops: List[OpSeen]) -> dict:
+    """Op index in the half run → the float32 run's max |output| of the same op (the call's ops
+    pair up one by one when both runs ran the same ops; else nothing is known)."""
+    if len(ops) != len(ref_ops) or any(a.record.op != b.record.op for a, b in zip(ops, ref_ops)):
+        return {}
+    return {a.record.index: b.amax for a, b in zip(ops, ref_ops) if b.amax is not None}
 
 
 def _low(op: OpSeen) -> bool:
@@ -109,8 +127,11 @@ def _overflow_fix(device_type: str, op: str) -> str:
             "activation down (a smaller init, a normalisation before it)")
 
 
-def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, library: bool) -> Optional[Cause]:
-    """The first op of the call, in the order it ran, that a rule of the table above covers."""
+def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, library: bool,
+            ref_ops: Optional[List[OpSeen]] = None) -> Optional[Cause]:
+    """The first op of the call, in the order it ran, that a rule of the table above covers
+    (``ref_ops``: the same call's ops in the float32 run, for their magnitudes)."""
+    amax = float32_amax(ops, ref_ops or [])
     for op in ops:
         if not _low(op):
             continue
@@ -125,10 +146,14 @@ def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, li
                                      "(E[x²] − E[x]²), leaving mostly rounding",
                          _keep_fp32(device_type, label) + "; normalisations written by hand: compute the "
                          "statistics on x.float() as Hugging Face's LlamaRMSNorm does", src)
-        if name in SUM_OPS and _reduced(op) >= LONG_SUM:
-            return Cause("sum", f"{name} adds {_reduced(op)} elements in {in_dtype}{code}: a long running sum in "
-                                f"{in_dtype} stops absorbing small terms",
-                         _keep_fp32(device_type, name) + f" (or {name}(..., dtype=torch.float32))", src)
+        ratio = _cancelled(op, amax)
+        if ratio is not None and ratio >= CANCELLED:
+            return Cause("cancellation", f"{name} runs in {in_dtype}{code}: its result is {ratio:.3g}× smaller than "
+                                         f"an operand, and both operands were rounded to {in_dtype} at their own "
+                                         "magnitude, so the difference keeps few correct bits",
+                         "the rounding happened where the operands were made: build them and subtract in "
+                         f"float32 (those lines inside `with torch.autocast(\"{device_type}\", enabled=False):` on "
+                         ".float() inputs), or remove the large common offset earlier", src)
     if library and class_name in EXP_MODULES:
         return Cause("exp", f"nn.{class_name} runs in {dtype}: exponentials turn the rounding of large inputs "
                             "into large relative errors", _keep_fp32(device_type, f"nn.{class_name}"))

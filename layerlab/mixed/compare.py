@@ -33,15 +33,7 @@ def rel_error(half: Seen, ref: Seen) -> Optional[float]:
     return _ratio(torch.linalg.vector_norm(x - y), torch.linalg.vector_norm(y))
 
 
-def tensor_error(half: torch.Tensor, ref: torch.Tensor) -> float:
-    """The same norm-wise relative error on two whole tensors (parameter gradients)."""
-    x, y = half.double(), ref.double()
-    if not bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all()):
-        return math.inf
-    return _ratio(torch.linalg.vector_norm(x - y), torch.linalg.vector_norm(y))
-
-
-def _ratio(diff: torch.Tensor, norm: torch.Tensor) -> float:
+def _ratio(diff: float, norm: float) -> float:
     d, n = float(diff), float(norm)
     if n == 0.0:
         return 0.0 if d == 0.0 else math.inf
@@ -60,7 +52,8 @@ def params(ref: RunResult, run: RunResult) -> List[ParamRow]:
     in this run (elements non-zero and below 2⁻¹⁴ in float32, the range where float16 flushes or
     loses bits, so a ReLU whose input changed sign by rounding does not count)."""
     rows = []
-    negligible = negligible_grads(ref.grads)
+    negligible = negligible_grads(ref)
+    sums = grad_sums(ref)
     for name, g_ref in ref.grads.items():
         g = run.grads.get(name)
         if g_ref is None or g is None:
@@ -68,28 +61,87 @@ def params(ref: RunResult, run: RunResult) -> List[ParamRow]:
         if name in negligible:
             rows.append(ParamRow(name=name, error=None, negligible=True))
             continue
-        lost = (g == 0) & (g_ref.abs() < FP16_TINY)
-        total = float(torch.linalg.vector_norm(g_ref.float()))
-        zeroed = float(torch.linalg.vector_norm(torch.where(lost, g_ref.float(), 0.0))) / total if total else 0.0
-        rows.append(ParamRow(name=name, error=tensor_error(g, g_ref), zeroed=zeroed))
+        total = sums[name][1] if name in sums else 0.0
+        error, zeroed = _grad_error(g, g_ref, total)
+        rows.append(ParamRow(name=name, error=error, zeroed=zeroed))
     return rows
+
+
+#: Below this norm (or when anything is not finite) a float32 sum of squares may underflow or
+#: overflow, and a gradient is measured again in float64.
+_SMALL = 1e-15
+
+
+def _grad_error(g: torch.Tensor, g_ref: torch.Tensor, total: float) -> tuple:
+    """``(‖g − g_ref‖ / ‖g_ref‖, ‖g_ref where g underflowed to 0‖ / ‖g_ref‖)``; ``total`` is ‖g_ref‖.
+
+    float32 norms, fetched in one conversion: a few small ops per parameter (float64 copies of
+    every gradient cost more than a small model's forward). float32's rounding of a norm (~1e-7)
+    is far below every bar (≥ 2⁻¹⁰). Where a float32 square could overflow or underflow, or
+    anything is not finite, the exact float64 path decides."""
+    x = g.detach().float()
+    lost = (x == 0) & (g_ref.abs() < FP16_TINY)
+    diff, lost_norm = torch.stack([torch.linalg.vector_norm(x - g_ref),
+                                   torch.linalg.vector_norm(torch.where(lost, g_ref, 0.0))]).tolist()
+    if not (math.isfinite(diff) and math.isfinite(total) and total > _SMALL):
+        return tensor_error(g, g_ref), _zeroed(lost, g_ref)
+    return _ratio(diff, total), lost_norm / total
+
+
+def tensor_error(half: torch.Tensor, ref: torch.Tensor) -> float:
+    """The norm-wise relative error on two whole tensors, in float64 (``inf`` where ``half`` is not
+    finite and ``ref`` is)."""
+    x, y = half.double(), ref.double()
+    if not bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all()):
+        return math.inf
+    return _ratio(torch.linalg.vector_norm(x - y), torch.linalg.vector_norm(y))
+
+
+def _zeroed(lost: torch.Tensor, g_ref: torch.Tensor) -> float:
+    y = g_ref.double()
+    total = float(torch.linalg.vector_norm(y))
+    return float(torch.linalg.vector_norm(torch.where(lost, y, 0.0))) / total if total else 0.0
 
 
 #: A parameter gradient whose RMS is below this fraction of the median parameter's is noise around
 #: an exact zero (attention's key bias: softmax ignores a shift shared by a row's scores; float32
 #: leaves ~1e-9 of rounding there), and a relative error of noise against noise means nothing.
 NEGLIGIBLE = 1e-5
+#: float16 flushes a magnitude below half its smallest subnormal (2⁻²⁴) to 0
+FLUSHED = 2.0 ** -25
 
 
-def negligible_grads(grads: Dict[str, Optional[torch.Tensor]]) -> set:
+def grad_sums(ref: RunResult) -> Dict[str, tuple]:
+    """Per float32 parameter gradient: ``(numel, ‖g‖, ‖g[|g| < 2⁻²⁵]‖)``, computed once per run
+    (float32 norms, as the forecast and the noise test have always used)."""
+    if ref.grad_sums is None:
+        found = {}
+        for name, g in ref.grads.items():
+            if g is not None and g.numel():
+                g = g.detach().float()
+                norms = torch.stack([torch.linalg.vector_norm(g),
+                                     torch.linalg.vector_norm(torch.where(g.abs() < FLUSHED, g, 0.0))]).tolist()
+                found[name] = (g.numel(), *norms)
+        ref.grad_sums = found
+    return ref.grad_sums
+
+
+def negligible_grads(ref: RunResult) -> set:
     """Names of the gradients that are zero up to float32 rounding, next to the model's others."""
-    rms = {n: float(torch.linalg.vector_norm(g.float())) / math.sqrt(g.numel())
-           for n, g in grads.items() if g is not None and g.numel()}
+    rms = {n: norm / math.sqrt(numel) for n, (numel, norm, _) in grad_sums(ref).items()}
     finite = sorted(v for v in rms.values() if math.isfinite(v))
     if not finite:
         return set()
     typical = finite[len(finite) // 2]
     return {n for n, v in rms.items() if v <= NEGLIGIBLE * typical}
+
+
+def flushed_share(ref: RunResult, name: str) -> float:
+    """``‖g[|g| < 2⁻²⁵]‖ / ‖g‖`` of a float32 gradient: how much of it float16 flushes to 0."""
+    found = grad_sums(ref).get(name)
+    if found is None or found[1] == 0.0 or not math.isfinite(found[1]):
+        return 0.0
+    return found[2] / found[1]
 
 
 def own_params(rows: List[ParamRow]) -> Dict[str, List[ParamRow]]:

@@ -76,12 +76,14 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
         if "non-finite" in row.flags:
             cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type)
             if cause is None:
-                cause = causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library)
+                cause = causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
+                               ref_ops.get(key, []))
             message = f"{row.label} ({row.class_name}) outputs inf/NaN in {label}; float32 is finite there"
             kind = "overflow" if "overflow" in row.flags else "non-finite"
         else:  # a float16 value past 65504 saturates as often as it goes non-finite (tanh(inf) = 1)
             cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type) or \
-                causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library)
+                causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
+                               ref_ops.get(key, []))
             inherited = f"; its inputs carried {_eps(row.input_error, tol)}" if row.input_error else \
                 "; its inputs were exact"
             message = (f"{row.label} ({row.class_name}) loses precision in {label}: output error "
@@ -151,12 +153,11 @@ def forecast(ref: RunResult, device_type: str, fp16_ran: bool) -> List[Finding]:
         out.append(Finding(severity=severity, kind="fp16-overflow", where=where, source=cause.source,
                            message=f"{where} ({call.class_name}) would overflow in float16: {cause.text}",
                            fix=cause.fix, run="float32 values"))
-    from layerlab.mixed.capture import below_share
-    from layerlab.mixed.compare import negligible_grads
+    from layerlab.mixed.compare import flushed_share, negligible_grads
 
-    noise = negligible_grads(ref.grads)
+    noise = negligible_grads(ref)
     for name, g in ref.grads.items():
-        share = below_share(g, 2.0 ** -25) if g is not None and name not in noise else 0.0
+        share = flushed_share(ref, name) if g is not None and name not in noise else 0.0
         if share > UNDERFLOW_FRACTION:
             out.append(Finding(severity=severity, kind="fp16-underflow", where=name, run="float32 values",
                                message=f"{100 * share:.1f}% of the gradient of {name} (by norm) is below 2⁻²⁵ in "

@@ -1,12 +1,15 @@
-"""One forward + backward of a copy of the model, in float32 or in half precision, and what it kept.
+"""One forward + backward of the model, in float32 or in half precision, and what it kept.
 
-Every run starts from ``copy.deepcopy`` of the user's module (the module itself is never run, so
-its ``.grad``, BatchNorm statistics and RNG-free state are untouched), seeds torch's generator the
+Every run leaves the user's module as it was: a model made only of torch.nn / layerlab modules
+(which change nothing but buffers when they run) runs as it is and gets its buffers (BatchNorm
+statistics) back afterwards; any other model, a lazy one and a ``cast`` run use ``copy.deepcopy``
+of it (a user-written forward may change any attribute). Gradients are taken with
+``torch.autograd.grad``, so no ``.grad`` is touched. Every run seeds torch's generator the
 same way (dropout draws the same mask: on CPU a bf16 and a float32 bernoulli draw agree element
 for element), and differentiates the same loss: inspect's seeded projection ``Σ ⟨outᵢ, Rᵢ⟩``
 (:func:`layerlab.probe.backward.random_projection`), with ``R`` drawn once in float32 and handed to
 each output in its own dtype, as autograd would hand a half output its gradient. Gradients are
-taken with ``torch.autograd.grad`` with respect to the copy's trainable parameters.
+taken with respect to the model's trainable parameters.
 
 Settings (:class:`Setting`): ``float32`` (the reference), ``autocast`` (``torch.autocast`` around
 the forward only, as torch recommends: backward runs outside it) and ``cast`` (the copy and the
@@ -16,7 +19,9 @@ floating inputs ``.to(dtype)``, what ``--dtype float16`` does for the other comm
 what makes GradScaler skip the step and halve its scale (``found_inf``).
 
 The op trace (:class:`~layerlab.probe.ops.OpTrace`, the one op-level mechanism) runs in every
-run: it says which of the model's own ops ran in which dtype. In the float32 run
+run of a model with a user-written forward: it says which of the model's own ops ran in which
+dtype (it records nothing inside torch.nn / layerlab modules, so it is left out where there are
+no others). In the float32 run
 :class:`RangeTrace` also notes each op's ``max |output|``, which is what says that an intermediate
 value (``exp(x)`` inside a user's forward, never a module's output) would overflow float16.
 """
@@ -85,6 +90,7 @@ class RunResult:
     found_inf: bool = False
     raised: Optional[BaseException] = None
     seconds: float = 0.0
+    grad_sums: Optional[Dict[str, tuple]] = None  # per gradient sums, filled once (compare.grad_sums)
 
 
 class RangeTrace(OpTrace):
@@ -113,43 +119,71 @@ def _amax(t: torch.Tensor) -> float:
 
 def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed: int,
         reference: Optional[RunResult] = None) -> RunResult:
-    """Run ``setting`` on a copy of ``module`` with ``args`` (:class:`~layerlab.target.bind.Arg`).
+    """Run ``setting`` on ``module`` (or a copy, see :func:`stateless`) with ``args``
+    (:class:`~layerlab.target.bind.Arg`); the module comes back as it was.
 
     ``reference``: the float32 run (its loss projections are reused). An exception
     of the model is kept in ``raised`` (the caller decides what it means); layerlab's own
     (:class:`~layerlab.probe.hooks.ProbeBug`) propagates.
     """
-    from layerlab.target.bind import call, map_args
-
     started = time.perf_counter()
     result = RunResult(setting=setting)
-    model = copy.deepcopy(module)
     dtype = HALF[setting.dtype] if setting.dtype else None
-    rng_devices = [d for d in {_device(model, args)} if d.type == "cuda"]
-    if any(is_lazy(p) for p in model.parameters()):
+    device = _device(module, args)
+    named_modules = list(module.named_modules())  # walked once: each walk costs ~10 µs per module
+    modules = [m for _, m in named_modules]
+    lazy = any(is_lazy(p) for m in modules for p in m._parameters.values() if p is not None)
+    in_place = setting.kind != "cast" and stateless(module, modules)
+    # A model of torch.nn / layerlab modules changes nothing but its buffers when it runs (BatchNorm's
+    # statistics): it runs as it is, its buffers put back afterwards. Anything else runs on a copy.
+    model = module if in_place else copy.deepcopy(module)
+    saved = _save_buffers(modules) if in_place else None
+    try:
+        _run(model, args, setting, dtype, seed, device, lazy, reference, result,
+             named_modules if in_place else list(model.named_modules()))
+    finally:
+        if saved is not None:
+            _restore_buffers(saved)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: Optional[torch.dtype], seed: int,
+         device: torch.device, lazy: bool, reference: Optional[RunResult], result: RunResult,
+         named_modules: List[tuple]) -> None:
+    from layerlab.target.bind import call, map_args
+
+    rng_devices = [device] if device.type == "cuda" else []
+    if lazy:
         # Materialise lazy parameters first, in float32 with the run's seed (every copy gets the same
         # weights), outside the trace: the op trace cannot describe an uninitialised parameter.
         with torch.no_grad(), torch.random.fork_rng(devices=rng_devices):
-            torch.manual_seed(seed)
+            _seed(seed, rng_devices)
             call(model, args)
     if setting.kind == "cast":
         model.to(dtype)
         args = map_args(args, lambda t: t.to(dtype) if t.is_floating_point() else t)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    device = _device(model, args)
-    recorder = Recorder(model, stats=False, grads=False)
-    trace = recorder.trace = RangeTrace(recorder, measure=reference is None)
-    capture = Capture(model, seed=seed, trace=trace)
+    # The op trace says which of the model's *own* ops ran in which dtype; it records nothing inside
+    # torch.nn / layerlab modules, so a model made only of those runs without it (and its recorder).
+    recorder = trace = None
+    if needs_trace(model, [m for _, m in named_modules]):
+        recorder = Recorder(model, stats=False, grads=False)
+        trace = recorder.trace = RangeTrace(recorder, measure=reference is None)
+    capture = Capture(model, seed=seed, trace=trace, measure=reference is None,  # max |x|: float32's only
+                      named_modules=named_modules)
     autocast = torch.autocast(device.type, dtype=dtype) if setting.kind == "autocast" else contextlib.nullcontext()
     try:
         with torch.random.fork_rng(devices=rng_devices):
-            torch.manual_seed(seed)
-            recorder.install()
+            _seed(seed, rng_devices)
+            if recorder is not None:
+                recorder.install(named_modules)
             try:
-                with capture, trace, autocast:
+                with capture, trace or contextlib.nullcontext(), autocast:
                     output = call(model, args)
             finally:
-                recorder.remove()
+                if recorder is not None:
+                    recorder.remove()
         outs = differentiable_outputs(output)
         result.out_shapes = [tuple(o.shape) for o in outs]
         if reference is None:
@@ -157,7 +191,7 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
         else:
             result.projections = reference.projections
             if result.out_shapes != reference.out_shapes:
-                raise _Mismatch(f"outputs {result.out_shapes} here, {reference.out_shapes} in float32")
+                raise OutputsDiffer(f"outputs {result.out_shapes} here, {reference.out_shapes} in float32")
         if outs and named:
             scale = setting.grad_scale or 1.0
             grad_outputs = [(r * scale).to(o.dtype) for r, o in zip(result.projections, outs)]
@@ -174,6 +208,8 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
         capture.remove()
     result.calls = capture.calls
     result.dropped_calls = capture.dropped
+    if trace is None:
+        return
     result.dropped_ops = trace.dropped
     for record in trace.records:
         key = None
@@ -181,11 +217,56 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
             c = recorder.calls[record.call]
             key = (c.path, c.call)
         result.ops.append(OpSeen(record=record, key=key, amax=trace.amax.get(record.index)))
-    result.seconds = time.perf_counter() - started
-    return result
 
 
-class _Mismatch(Exception):
+def _seed(seed: int, cuda_devices: list) -> None:
+    """What ``torch.manual_seed`` does for the devices this run uses, without its lazy seeding of
+    every other backend (on a CPU-only build that queues a call with its stack trace each time)."""
+    torch.default_generator.manual_seed(seed)
+    if cuda_devices:
+        torch.cuda.manual_seed_all(seed)
+
+
+def library_only(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:
+    """Every module in it is torch.nn's or layerlab's (no forward written by the user).
+    ``modules``: ``list(module.modules())`` when the caller has it."""
+    from layerlab.probe.ops import library_class
+
+    return all(library_class(type(m)) for m in (module.modules() if modules is None else modules))
+
+
+def needs_trace(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:
+    """The op trace records ops of user-written forwards only: is there one to record?"""
+    return not library_only(module, modules)
+
+
+def stateless(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:
+    """Can it run in place? torch.nn / layerlab modules change only their buffers when they run
+    (BatchNorm's running statistics), which :func:`_save_buffers` puts back. A user-written forward
+    or hook may change anything (a counter, a cache, a list it appends to), so a model with one runs
+    on a copy, as does a lazy module (running it materialises its parameters)."""
+    modules = list(module.modules()) if modules is None else modules
+    return library_only(module, modules) and not any(
+        m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+        or any(p is not None and is_lazy(p) for p in m._parameters.values()) for m in modules)
+
+
+def _save_buffers(modules: List[torch.nn.Module]) -> list:
+    """Every buffer of every module: the tensor object and a copy of its values."""
+    return [(m, name, b, None if b is None else b.detach().clone())
+            for m in modules for name, b in m._buffers.items()]
+
+
+def _restore_buffers(saved: list) -> None:
+    """Put back each buffer object (in case a module replaced it) with its saved values."""
+    with torch.no_grad():
+        for m, name, b, values in saved:
+            m._buffers[name] = b
+            if b is not None:
+                b.copy_(values) if b.shape == values.shape else b.set_(values)
+
+
+class OutputsDiffer(Exception):
     """The half run took another path than float32 (different outputs): nothing to compare."""
 
 

@@ -11,14 +11,16 @@ Models (the spec files under configs/, built as ``layerlab precision-check`` bui
 
 One intra-op thread by default (``--threads``): on a shared 2-core machine a second thread's
 barrier waits can make a 100k-element reduction take 20 ms instead of 20 µs, which says nothing
-about either variant.
+about either variant. ``--clock cpu`` times the thread's CPU time instead of wall time: with other
+processes on the cores, wall times of a few ms swing by 2× from run to run, CPU times do not.
 
 Columns (medians over ``--repeats``, the variants interleaved in one process after a warm-up):
 
 * fp32      ``out = model(x)``; ``autograd.grad(outs, params, R)`` on the module itself
 * autocast  the same step under ``torch.autocast(device, bfloat16)`` (what the check must run once)
 * check     ``layerlab.precision_check(spec)`` with its defaults (bf16 autocast on CPU): build
-            excluded, two model copies, both runs with hooks and the op trace, comparison, report
+            excluded; both runs with their hooks (in place for torch.nn-only models, else on
+            copies; the op trace only where a user-written forward exists), comparison, report
 * ratio     check / fp32 (the issue's budget: ≤ 3×), and check / (fp32 + autocast): the check's own
             cost on top of the two steps it cannot avoid (on CPUs without fast bf16 kernels the
             autocast step alone is 2–3× a float32 one)
@@ -61,10 +63,13 @@ def plain_step(target, autocast: bool) -> None:
     torch.autograd.grad(outs, params, grad_outputs=grads, allow_unused=True)
 
 
+CLOCK = time.perf_counter
+
+
 def timed(fn) -> float:
-    start = time.perf_counter()
+    start = CLOCK()
     fn()
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def bench(name: str, repeats: int, warmup: int) -> dict:
@@ -93,9 +98,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, see above)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="cpu: this thread's CPU time (time.thread_time; with --threads 1 every kernel runs on "
+                             "it), steadier than wall time when other processes share the cores")
     ns = parser.parse_args()
+    global CLOCK
+    CLOCK = time.thread_time if ns.clock == "cpu" else time.perf_counter
+    if ns.clock == "cpu" and ns.threads != 1:
+        parser.error("--clock cpu measures one thread: use it with --threads 1")
     torch.set_num_threads(ns.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, medians of {ns.repeats}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {ns.clock} clock, medians of {ns.repeats}")
     print(f"{'model':<12} {'fp32 ms':>9} {'autocast ms':>12} {'check ms':>9} {'check/fp32':>11} "
           f"{'check/(fp32+autocast)':>22}")
     for name in ns.models:

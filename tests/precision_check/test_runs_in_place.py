@@ -1,0 +1,161 @@
+"""The cheap paths of layerlab.mixed give the numbers the expensive ones gave.
+
+A model made only of torch.nn modules runs in place (no deepcopy) and gets its buffers back;
+anything with a user-written forward runs on a copy. Parameter-gradient errors are float32 norms
+with a float64 fallback; they are checked here against plain torch autocast runs in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import layerlab
+from layerlab.mixed import runs
+from layerlab.mixed.capture import all_finite
+from layerlab.probe.backward import random_projection
+
+
+def _conv_bn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 6 * 6, 5)), torch.randn(4, 3, 6, 6)
+
+
+def test_stock_model_runs_in_place_and_gets_its_buffers_back(monkeypatch):
+    model, x = _conv_bn()
+    assert runs.stateless(model)
+    before = copy.deepcopy(model.state_dict())
+    in_place = layerlab.precision_check(model, x)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # running stats, num_batches_tracked
+    assert all(p.grad is None for p in model.parameters())
+    moved = copy.deepcopy(model)
+    moved(x)  # a train-mode forward does move the statistics: the restore is real
+    assert not torch.equal(moved[1].running_mean, before["1.running_mean"])
+    # the same report as the path that runs on copies
+    monkeypatch.setattr(runs, "stateless", lambda module, modules=None: False)
+    copied = layerlab.precision_check(model, x)
+    a, b = in_place.runs[0], copied.runs[0]
+    assert [(r.label, r.error, r.grad_error) for r in a.rows] == [(r.label, r.error, r.grad_error) for r in b.rows]
+    assert [(p.name, p.error) for p in a.params] == [(p.name, p.error) for p in b.params]
+
+
+class _Counting(nn.Module):
+    """A user forward that changes the module's own state: it must never run on the user's module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x)
+
+
+def test_user_forward_with_state_runs_on_a_copy():
+    model = _Counting()
+    assert not runs.stateless(model)
+    report = layerlab.precision_check(model, torch.randn(3, 4))
+    assert report.ok and model.calls == 0
+
+
+def test_stock_module_with_a_user_hook_runs_on_a_copy():
+    model = nn.Linear(4, 4)
+    model.register_forward_hook(lambda m, i, o: None)
+    assert not runs.stateless(model)
+
+
+def test_parameter_gradient_errors_are_torchs():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 8))
+    x = torch.randn(32, 16)
+    report = layerlab.precision_check(model, x, autocast=["bfloat16"])
+
+    def grads(autocast: bool):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            out = model(x)
+        [r] = random_projection([out], 0)  # the check's loss: a seeded projection of the output
+        return torch.autograd.grad(out, list(model.parameters()), grad_outputs=r.to(out.dtype))
+
+    ref, half = grads(False), grads(True)
+    names = [n for n, _ in model.named_parameters()]
+    by_name = {p.name: p.error for p in report.runs[0].params}
+    for name, g, h in zip(names, ref, half):
+        expected = float(torch.linalg.vector_norm(h.double() - g.double()) / torch.linalg.vector_norm(g.double()))
+        assert expected > 0 and by_name[name] == pytest.approx(expected, rel=1e-5), name
+
+
+def test_all_finite_tells_a_large_sum_from_an_inf():
+    big = torch.full((4,), 3e38)
+    assert math.isinf(float(big.sum())) and all_finite(big)  # the sum overflows, no element does
+    assert all_finite(torch.full((8,), 60000.0, dtype=torch.float16))
+    assert not all_finite(torch.tensor([1.0, math.inf]))
+    assert not all_finite(torch.tensor([1.0, math.nan]))
+    assert not all_finite(torch.tensor([math.inf, -math.inf]))
+
+
+def _layers():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "precision_layers.py")
+    spec = importlib.util.spec_from_file_location("precision_layers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cancellation_is_blamed_on_the_subtraction_not_on_the_mean():
+    torch.manual_seed(0)
+    model, x = _layers().OffsetCentre(16), torch.randn(256, 16)
+    with torch.no_grad():
+        fp32 = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(x)
+    eps = torch.finfo(torch.bfloat16).eps
+    assert float((low.float() - fp32).norm() / fp32.norm()) > 8 * eps  # the bug is real
+    ones = torch.ones(4096, dtype=torch.bfloat16)
+    assert float(ones.sum()) == 4096.0  # torch sums bf16 in float32: a "long sum" is not the cause
+    first = layerlab.precision_check(model, x, autocast=["bfloat16"]).runs[0].first
+    assert first.where == "(root)" and first.cause.startswith("sub runs in bfloat16")
+    assert first.source.endswith("precision_layers.py:" + str(_line_of("return h - h.mean()")))
+    assert "offset" in first.fix and "float32" in first.fix
+
+
+def _line_of(text: str) -> int:
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "precision_layers.py")
+    with open(path) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line)
+
+
+class _ShapeByDtype(nn.Module):
+    """Keeps the outputs above 0.1: how many there are depends on rounding (a data-dependent shape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 64)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y[y > 0.1]
+
+
+def test_outputs_of_other_shapes_in_half_are_a_warning_not_a_raise():
+    torch.manual_seed(3)
+    model, x = _ShapeByDtype(), torch.randn(64, 8)
+    with torch.no_grad():
+        fp32 = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(x)
+    assert fp32.shape != low.shape  # rounding moved elements across 0.1: real
+    report = layerlab.precision_check(model, x, autocast=["bfloat16"])
+    [finding] = report.runs[0].findings
+    assert report.ok and finding.severity == "warning" and "other shapes" in finding.message
