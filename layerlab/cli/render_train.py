@@ -15,6 +15,8 @@ from layerlab.train.report import TrainReport
 _BARS = "▁▂▃▄▅▆▇█"
 _STATUS = {"ok": "[green]ok[/]", "unstable": "[bold red]unstable[/]", "not-learning": "[bold red]not learning[/]",
            "no-grad": "[bold red]no gradient[/]", "wrong-output": "[bold red]wrong output[/]",
+           "unread-output": "[yellow]output not read[/]", "large-first-step": "[yellow]large first step[/]",
+           "large-steps": "[yellow]large steps[/]",
            "not-in-optimizer": "[bold red]not in optimizer[/]", "zero-grad": "[bold red]zero gradient[/]",
            "requires-grad-false": "[yellow]frozen[/]"}
 
@@ -60,7 +62,7 @@ def report(r: TrainReport) -> List[Any]:
     parts: List[Any] = [Text.from_markup(f"[bold]train-check {escape(r.target)}[/]  {escape(r.model)}")]
     parts.append(Text.from_markup("[dim]" + escape(
         f"inputs: {_inputs(r.inputs)}  mode: {r.mode}  device: {r.device}  {r.dtype}  seed {r.seed}") + "[/]"))
-    target = "" if r.loss == "model" else f", target: {r.target_source}"
+    target = f" ({r.target_source})" if r.loss == "model" else f", target: {r.target_source}"
     parts.append(Text.from_markup("[dim]" + escape(
         f"{r.optimizer}, {r.steps_run}/{r.steps} steps on one batch; loss: {r.loss} on {r.output}{target}") + "[/]"))
     if r.losses:
@@ -86,8 +88,11 @@ def report(r: TrainReport) -> List[Any]:
         if f.hint:
             parts.append(Text.from_markup(f"  [cyan]hint:[/] {escape(f.hint)}"))
     errors, warnings = len(r.errors), len(r.warnings)
-    tail = f"{errors} failed check(s)" if errors else "the loss falls and every trainable parameter learns"
-    if warnings:
-        tail += f", {warnings} warning(s)"
+    if errors:
+        tail = f"{errors} failed check(s)" + (f", {warnings} warning(s)" if warnings else "")
+    elif warnings:  # a warning may be about a parameter that did not learn: don't claim they all did
+        tail = f"no check failed, {warnings} warning(s) above"
+    else:
+        tail = "the loss falls and every trainable parameter learns"
     parts.append(Text.from_markup(f"{verdict(r.ok)}: {escape(tail)}  [dim]({r.seconds:.2f} s)[/]"))
     return parts

@@ -6,7 +6,10 @@ What is seen, and how:
   ``loss.grad_fn`` to its ``AccumulateGrad`` leaves (each holds the parameter it feeds), before
   backward frees it. The same walk from every *other* output of the model tells a parameter that
   feeds only an output the loss does not read (``wrong-output``: the model returns
-  ``(logits, aux)``, the loss reads ``aux``, the head never trains) from one that feeds nothing;
+  ``(logits, aux)``, the loss reads ``aux``, the head never trains) from one that feeds nothing.
+  That is an error when the user named the output the loss reads; when layerlab's default rule
+  picked it (a ``BertModel`` returns ``last_hidden_state`` and ``pooler_output``, the loss reads the
+  first), the module is only outside *this check's* loss, not the user's: ``unread-output``, a warning;
 * **which modules ran, and with gradients on**: forward hooks on the first step. A module that
   never ran is unused; one whose outputs carry no graph ran under ``torch.no_grad``; one that ran
   with a graph that never reaches the loss was cut off (``.detach()``, ``.data``) or its output
@@ -30,7 +33,7 @@ from torch import nn
 from layerlab.errors import Problem
 from layerlab.target.bind import flatten
 
-__all__ = ["Watch", "reachable", "parameter_findings", "mode_findings"]
+__all__ = ["Watch", "reachable", "parameter_findings", "mode_findings", "active_dropout"]
 
 _RELUS = (nn.ReLU, nn.ReLU6)
 _DROPOUTS = (nn.modules.dropout._DropoutNd,)
@@ -123,15 +126,17 @@ def _label(model: nn.Module, path: str) -> str:
 
 def parameter_findings(model: nn.Module, names: List[str], params: List[torch.Tensor], *, in_optimizer: Set[int],
                        had_grad: List[bool], nonzero_grad: List[bool], loss_reach: Set[int],
-                       output_reach: Dict[str, Set[int]], loss_output: str, watch: Watch) -> List[Problem]:
-    """One finding per reason and outermost module: see the module docstring."""
+                       output_reach: Dict[str, Set[int]], loss_output: str, watch: Watch,
+                       output_named: bool = True) -> List[Problem]:
+    """One finding per reason and outermost module: see the module docstring. ``output_named``: the user
+    named the output the loss reads (else a parameter feeding only other outputs is ``unread-output``)."""
     reasons: Dict[str, Set[str]] = {}
     for name, p, got, nonzero in zip(names, params, had_grad, nonzero_grad):
         if not p.requires_grad:
             code = "requires-grad-false"
         elif not got:
-            code = "wrong-output" if any(id(p) in r for r in output_reach.values()) and id(p) not in loss_reach \
-                else "no-grad"
+            elsewhere = any(id(p) in r for r in output_reach.values()) and id(p) not in loss_reach
+            code = ("wrong-output" if output_named else "unread-output") if elsewhere else "no-grad"
         elif id(p) not in in_optimizer:
             code = "not-in-optimizer"
         elif not nonzero:
@@ -167,6 +172,14 @@ def _explain(code: str, model: nn.Module, path: str, own: List[str], by_name: Di
                        "reaches it and it is never trained", where=where, severity="error",
                        hint="make the loss read the output this module computes (output: in train:, output= in "
                             "Python), or check what forward returns", data={**data, "feeds": feeds})
+    if code == "unread-output":
+        ids = {id(by_name[n]) for n in own}
+        feeds = [o for o, r in output_reach.items() if ids & r]
+        return Problem(code, f"{who} feeds {', '.join(feeds)} only; this check's loss reads {loss_output}, which "
+                       "layerlab picked by default, so no gradient reaches it here and it is not trained in this "
+                       "check", where=where, severity="warning",
+                       hint="name the output your training loss reads (output: in train:, output= in Python), or "
+                            "give the model its labels so it returns its own loss", data={**data, "feeds": feeds})
     if code == "zero-grad":
         return _zero_grad(who, where, path, data, watch)
     if path not in watch.called:
@@ -210,6 +223,11 @@ def _plain(output: Any) -> Any:
     if hasattr(output, "to_tuple") and not isinstance(output, dict):
         return dict(output.items())
     return output
+
+
+def active_dropout(model: nn.Module) -> bool:
+    """A dropout module that drops something in the mode the model trained in."""
+    return any(m.training and isinstance(m, _DROPOUTS) and getattr(m, "p", 0) > 0 for m in model.modules())
 
 
 def mode_findings(model: nn.Module) -> Optional[Problem]:

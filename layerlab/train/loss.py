@@ -8,13 +8,19 @@ Three choices, each with a default a user can see in the report:
   first floating tensor in the output (``output[0]`` of an LSTM's ``(out, (h, c))``);
 * **the loss** (``loss:``): ``mse``, ``cross_entropy``, ``nll``, ``model`` (the output *is* the
   loss: a scalar the model computed) or a callable ``loss(prediction, target) -> scalar`` (an import
-  path in a spec, which needs ``--allow-import``). Default: ``model`` when the model returned a
-  loss, else ``mse``;
+  path in a spec; one outside torch needs ``--allow-import``). Default: ``model`` when the model
+  returned a loss — its ``loss`` entry, or a floating *scalar* where the default rule would read
+  (``forward`` returning ``F.cross_entropy(...)``, or a Hugging Face model with ``return_dict=False``
+  returning ``(loss, logits, …)``): a scalar has no per-sample values a target could describe, so
+  MSE against a random number would only train the loss towards that number — else ``mse``;
 * **the target**: written like a spec input (``{shape: […]}``, ``{value: […]}``, ``{file: y.npy}``,
   ``{shape: [8], low: 0, high: 10}``, ``{same_as: x}``) or, by default, drawn from a seeded
   generator of its own (never the inputs' stream, so a target can't equal an input by accident):
   ``randn`` of the prediction's shape for ``mse``, class indices in ``[0, C)`` for
-  ``cross_entropy``/``nll`` (classes on dim 1, as torch's losses read them).
+  ``cross_entropy``/``nll`` (classes on dim 1, as torch's losses read them) — also when the loss is
+  given as torch's own function or module (``F.cross_entropy``, ``nn.CrossEntropyLoss(label_smoothing=0.1)``,
+  ``nn.NLLLoss``) — and 0/1 labels for the binary cross-entropies (``nn.BCEWithLogitsLoss``): a
+  random normal target would make those losses negative and unbounded.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import torch.nn.functional as F
 from layerlab.errors import SpecError, UsageError
 from layerlab.target.bind import flatten
 
-__all__ = ["LOSSES", "Objective", "pick_output", "make_target", "loss_function", "target_seed"]
+__all__ = ["LOSSES", "Objective", "pick_output", "make_target", "target_kind", "target_source", "loss_function",
+           "target_seed"]
 
 #: loss names a spec or ``loss=`` may give (``model``: the model's output is its own loss)
 LOSSES = ("mse", "cross_entropy", "nll", "model")
@@ -45,6 +52,7 @@ class Objective:
         fn: ``fn(prediction, target) -> scalar`` (``None`` for ``model``).
         target: the target tensor (``None`` for ``model``).
         target_source: how the target was made (``"random normal (seed 1)"``, ``"spec"``, ``"given"``).
+        output_named: the user named the output (``output:``); False when layerlab's default rule picked it.
     """
 
     loss_name: str
@@ -52,6 +60,7 @@ class Objective:
     fn: Optional[Callable[[Any, Any], Any]]
     target: Optional[torch.Tensor]
     target_source: str
+    output_named: bool = True
 
     def __call__(self, output: Any) -> torch.Tensor:
         """The scalar loss of one forward's ``output``."""
@@ -96,7 +105,8 @@ def pick_output(output: Any, choice: Union[None, int, str], where: str) -> Tuple
         if own in names and _scalar(dict(paths)[own]):
             return own, True
         floats = [p for p, t in paths if t.is_floating_point() or t.is_complex()]
-        return (floats or names)[0], False
+        first = (floats or names)[0]
+        return first, _scalar(dict(paths)[first])  # a scalar where the prediction would be: the model's loss
     if isinstance(choice, bool) or not isinstance(choice, (int, str)):
         raise SpecError("output: picks one output by position (0) or name (logits)", where=where,
                         expected="an int or a name", got=choice)
@@ -105,7 +115,7 @@ def pick_output(output: Any, choice: Union[None, int, str], where: str) -> Tuple
     for w in wanted:
         match = [p for p in names if p == w]
         if match:
-            return match[0], w == "output['loss']" and _scalar(dict(paths)[w])
+            return match[0], _scalar(dict(paths)[w])  # a scalar output, picked: the loss itself
     # output[0] of an LSTM is a tensor, output[1] a tuple: position 1 means its first tensor
     if isinstance(choice, int):
         nested = [p for p in names if p.startswith(f"output[{choice}][")]
@@ -132,10 +142,35 @@ def loss_function(loss: Any, where: str) -> Tuple[str, Optional[Callable]]:
     return name, _FUNCTIONS.get(name)
 
 
-def make_target(name: str, pred: torch.Tensor, seed: int) -> torch.Tensor:
-    """The default target for loss ``name`` and prediction ``pred``, from its own seeded generator."""
+def target_kind(name: str, fn: Optional[Callable] = None) -> str:
+    """What a loss compares the prediction with: ``classes`` (indices), ``binary`` (0/1) or ``values``."""
+    import torch.nn as nn
+
+    if name in ("cross_entropy", "nll") or fn in (F.cross_entropy, F.nll_loss) or \
+            isinstance(fn, (nn.CrossEntropyLoss, nn.NLLLoss)):
+        return "classes"
+    if fn in (F.binary_cross_entropy, F.binary_cross_entropy_with_logits) or \
+            isinstance(fn, (nn.BCELoss, nn.BCEWithLogitsLoss)):
+        return "binary"
+    return "values"
+
+
+_SOURCES = {"classes": "random class indices", "binary": "random 0/1 labels", "values": "random normal"}
+
+
+def target_source(kind: str, seed: int) -> str:
+    """How :func:`make_target` made the default target, for the report."""
+    return f"{_SOURCES[kind]} (seed {seed})"
+
+
+def make_target(name: str, pred: torch.Tensor, seed: int, fn: Optional[Callable] = None) -> torch.Tensor:
+    """The default target for loss ``name`` (``fn``) and prediction ``pred``, from its own seeded generator."""
     gen = torch.Generator().manual_seed(target_seed(seed))
-    if name in ("cross_entropy", "nll"):
+    kind = target_kind(name, fn)
+    if kind == "binary":
+        labels = torch.randint(0, 2, tuple(pred.shape), generator=gen).to(torch.float32)
+        return labels.to(device=pred.device, dtype=pred.dtype if pred.is_floating_point() else torch.float32)
+    if kind == "classes":
         if pred.dim() == 0:
             raise SpecError(f"{name} reads class scores, but the prediction is a scalar", where="loss",
                             hint="pick the logits with output:, or use mse")

@@ -31,8 +31,8 @@ class GroupTrace:
         update_ratio: ‖Δw‖ / ‖w before‖ per step (``None``: not updated, or ‖w‖ = 0).
         median_ratio: the median of ``update_ratio`` over the steps that have one.
         status: ``ok``, or the code of the finding about this group (``not-learning``,
-            ``unstable``, ``no-grad``, ``wrong-output``, ``not-in-optimizer``, ``zero-grad``,
-            ``requires-grad-false``).
+            ``unstable``, ``no-grad``, ``wrong-output``, ``unread-output``, ``not-in-optimizer``,
+            ``zero-grad``, ``requires-grad-false``).
         changed: whether any of its parameters differ after the run from before it.
     """
 
@@ -57,7 +57,7 @@ class FitVerdict:
 
     Attributes:
         verdict: ``overfits`` (fell by ``expected`` or more), ``falls`` (fell, less than that),
-            ``flat``, ``rises`` or ``nonfinite``.
+            ``slow`` (fell by under 10 % but steadily), ``flat``, ``rises`` or ``nonfinite``.
         initial, final: the loss at the first step and the best of the last few steps.
         factor: initial / final (how many times smaller it got).
         expected: the factor that counts as "overfits one batch".

@@ -34,7 +34,7 @@ from layerlab.train import diverge, fit, frozen, loss as L
 from layerlab.train.optim import build_optimizer, optimizer_names
 from layerlab.train.report import TrainReport
 from layerlab.train.section import MAX_STEPS, TrainSection, check_lr, parse_section
-from layerlab.train.updates import NOT_LEARNING, UNSTABLE, Tracker, unstable as is_unstable
+from layerlab.train.updates import Tracker, ratio_findings
 
 __all__ = ["train_check", "train_target", "DEFAULT_STEPS"]
 
@@ -44,7 +44,8 @@ DEFAULT_STEPS = 50
 def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any = None, output: Any = None,
                 steps: Optional[int] = None, optimizer: Any = None, lr: Optional[float] = None, seed: int = 0,
                 mode: Optional[str] = None, allow_import: bool = False,
-                forward_kwargs: Optional[Dict[str, Any]] = None, **kwargs: Any) -> TrainReport:
+                forward_kwargs: Optional[Dict[str, Any]] = None, threads: Optional[int] = None,
+                **kwargs: Any) -> TrainReport:
     """Train a copy of the model for ``steps`` optimizer steps on one fixed batch; report what happened.
 
     Args:
@@ -63,6 +64,7 @@ def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any
         mode (str, optional): ``"train"`` or ``"eval"``; ``None`` keeps the module's flags.
         allow_import (bool, optional): a spec may import user code (its layers, its loss).
         forward_kwargs (dict, optional): forward keyword arguments whose names clash with these.
+        threads (int, optional): torch intra-op threads during the run (restored after). Default: torch's.
 
     Returns:
         TrainReport: ``ok`` is False when a check failed (``report.errors``).
@@ -87,7 +89,8 @@ def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any
                             **kwargs)
         original = module_or_spec
     return train_target(built, loss=loss, target=target, output=output, steps=steps, optimizer=optimizer, lr=lr,
-                        mode=mode, allow_import=allow_import, original=original, copied=original is not None)
+                        mode=mode, allow_import=allow_import, original=original, copied=original is not None,
+                        threads=threads)
 
 
 def _seed_only(seed: int):
@@ -99,9 +102,30 @@ def _seed_only(seed: int):
 def train_target(built: Any, *, loss: Any = None, target: Any = None, output: Any = None,
                  steps: Optional[int] = None, optimizer: Any = None, lr: Optional[float] = None,
                  mode: Optional[str] = None, allow_import: bool = False, original: Any = None, copied: bool = False,
-                 progress: Optional[Callable[[str, int, int], None]] = None) -> TrainReport:
+                 progress: Optional[Callable[[str, int, int], None]] = None,
+                 threads: Optional[int] = None) -> TrainReport:
     """The check on a built :class:`~layerlab.target.Target` (what the CLI calls); explicit arguments win
-    over the spec's ``train:`` section. ``copied``: ``built.module`` is already a private copy."""
+    over the spec's ``train:`` section. ``copied``: ``built.module`` is already a private copy.
+    ``threads``: torch intra-op threads for the run (restored after) — on a machine whose cores other
+    jobs hold, 1 thread avoids waiting on a descheduled one (a 2-layer LSTM: 0.1 s alone, 12–23 s with
+    2 threads beside other jobs on 2 cores); the verdicts do not depend on it."""
+    from layerlab.arguments import check_threads
+
+    check_threads(threads, "--threads")
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _train_target(built, loss=loss, target=target, output=output, steps=steps, optimizer=optimizer,
+                             lr=lr, mode=mode, allow_import=allow_import, original=original, copied=copied,
+                             progress=progress)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train_target(built: Any, *, loss: Any, target: Any, output: Any, steps: Optional[int], optimizer: Any,
+                  lr: Optional[float], mode: Optional[str], allow_import: bool, original: Any, copied: bool,
+                  progress: Optional[Callable[[str, int, int], None]]) -> TrainReport:
     section = parse_section((built.sections or {}).get("train"), built.marks, allow_import=allow_import,
                             base_dir=built.base_dir)
     marks = built.marks
@@ -127,7 +151,10 @@ def train_target(built: Any, *, loss: Any = None, target: Any = None, output: An
         torch.manual_seed(built.seed)
         run = _Run(model, positional, keyword, opt, steps, built.seed, progress)
         objective = run.go(lambda out: _objective(out, section, loss, target, output, built, args, at))
-    report = _report(built, model, run, objective, opt_text, rate, steps, args, opt)
+    chosen = optimizer if optimizer is not None else section.optimizer
+    # the lr is this check's choice (not the user's): a named optimizer or a class, with no lr given
+    default_lr = lr is None and section.lr is None and (chosen is None or isinstance(chosen, (str, type)))
+    report = _report(built, model, run, objective, opt_text, rate, steps, args, opt, default_lr)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -239,7 +266,9 @@ def _objective(out: Any, section: TrainSection, loss: Any, target: Any, output: 
             raise SpecError(f"loss: model reads the loss the model returns, but {path} has shape {list(pred.shape)}",
                             where=at("loss"), hint="give the model its labels (a Hugging Face model returns "
                             "output.loss then), or name a loss: mse, cross_entropy")
-        return L.Objective(name, path, None, None, "the model's own loss")
+        own = "the model's own loss" if path == "output['loss']" else \
+            f"the scalar the model returns at {path}, read as its own loss"
+        return L.Objective(name, path, None, None, own, choice is not None)
     if target is not None:
         if not isinstance(target, torch.Tensor):
             raise UsageError("target is a tensor", where="target", got=type(target).__name__)
@@ -247,11 +276,10 @@ def _objective(out: Any, section: TrainSection, loss: Any, target: Any, output: 
     elif section.target is not None:
         value, source = _spec_target(section.target, pred, built, args), "the spec's train: target"
     else:
-        value = L.make_target(name, pred, built.seed)
-        source = ("random class indices" if name in ("cross_entropy", "nll") else "random normal") + \
-            f" (seed {built.seed})"
+        value = L.make_target(name, pred, built.seed, fn)
+        source = L.target_source(L.target_kind(name, fn), built.seed)
     L.check_target(name, pred, value, at("target") if target is None else "target")
-    return L.Objective(name, path, fn, value, source)
+    return L.Objective(name, path, fn, value, source, choice is not None)
 
 
 def _spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tensor:
@@ -268,17 +296,25 @@ def _spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tenso
     return value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
 
 
-def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt) -> TrainReport:
+def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt, default_lr: bool) -> TrainReport:
     tracker = run.tracker
     trainable = sum(p.numel() for p in tracker.params if p.requires_grad)
     target_values = None if objective is None or objective.target is None else objective.target.numel()
     verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None)
+    if verdict.verdict in ("falls", "slow") and frozen.active_dropout(model):
+        verdict.message += "; dropout is active (train mode), which keeps the loss of one batch noisy and above 0"
     flags: List[Problem] = []
     if run.nonfinite is not None:
         nf = run.nonfinite
         flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} not finite — {nf.message}",
                              where=nf.where, severity="error", data={"step": nf.step, "params": nf.params},
                              hint="lower the learning rate, or look at this module's inputs and arithmetic"))
+    elif verdict.verdict == "slow":
+        lr_text = f"this check's default lr {rate:g} may be small for this model: " if default_lr and rate else ""
+        flags.append(Problem("loss-slow", verdict.message, where="(loss)", severity="warning",
+                             hint=f"{lr_text}run more steps (--steps {steps * 4}) or raise --lr to see whether it "
+                                  "gets 10× lower; the update/weight ratios below say how far each step moves the "
+                                  "weights"))
     elif verdict.verdict in ("flat", "rises"):
         # a model with fewer trainable values than the random target has may have nowhere to go
         small = target_values is not None and trainable < target_values and verdict.verdict == "flat"
@@ -290,14 +326,16 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     found = [] if no_backward else frozen.parameter_findings(  # no backward ran: no evidence either way
         model, tracker.names, tracker.params, in_optimizer=optimizer_names(opt), had_grad=tracker.had_grad,
         nonzero_grad=tracker.nonzero_grad, loss_reach=run.loss_reach, output_reach=run.output_reach,
-        loss_output=objective.output_path if objective else "?", watch=run.watch)
+        loss_output=objective.output_path if objective else "?", watch=run.watch,
+        output_named=objective.output_named if objective else True)
     for path in run.watch.dead_relus():
         flags.append(Problem("dead-relu", f"ReLU {path}: every output is 0 at every step — no gradient passes it, "
                              "so the layers before it stop learning", where=path, severity="error",
                              hint="a large negative bias (or a step that was too large) killed it"))
     flags.extend(found)
     _status_from_findings(tracker, found)
-    flags.extend(_ratio_findings(tracker, verdict.verdict == "overfits", run.nonfinite is not None))
+    flags.extend(ratio_findings(tracker.groups, verdict.verdict, run.nonfinite is not None,
+                                default_lr=rate if default_lr else None))
     idle = frozen.mode_findings(model)
     if idle is not None:
         flags.append(idle)
@@ -323,33 +361,3 @@ def _status_from_findings(tracker: Tracker, found: List[Problem]) -> None:
         for g in tracker.groups:
             if names & set(g.params) and g.status == "ok":
                 g.status = problem.code
-
-
-def _ratio_findings(tracker: Tracker, overfits: bool, stopped: bool) -> List[Problem]:
-    """``unstable`` (median ratio > UNSTABLE) and ``not-learning`` (< NOT_LEARNING, unless it overfits anyway)."""
-    unstable = [g for g in tracker.groups if g.status == "ok" and is_unstable(g)]
-    slow = [g for g in tracker.groups if g.status == "ok" and g.median_ratio is not None
-            and g.median_ratio < NOT_LEARNING and not overfits and not stopped]
-    out = []
-    for g in unstable:
-        g.status = "unstable"
-    for g in slow:
-        g.status = "not-learning"
-    if unstable:
-        worst = max(unstable, key=lambda g: g.update_ratio[0] or g.median_ratio or 0)
-        first, median = (f"{v:.3g}" if v is not None else "—" for v in (worst.update_ratio[0], worst.median_ratio))
-        out.append(Problem("unstable", f"{len(unstable)} parameter group(s) change too much per step (update/weight "
-                           f"ratio {first} on the first step, median {median}, at "
-                           f"{worst.label}; healthy ≈ 1e-3 … 1e-2): the learning rate is far too high",
-                           where=worst.label,
-                           severity="error", hint="lower --lr by 10–100×; a healthy ratio is about 1e-3 … 1e-2",
-                           data={"modules": [g.label for g in unstable],
-                                 "ratios": [g.median_ratio for g in unstable]}))
-    if slow:
-        worst = min(slow, key=lambda g: g.median_ratio)
-        out.append(Problem("not-learning", f"{len(slow)} parameter group(s) change by less than {NOT_LEARNING:g} of "
-                           f"their weights per step (median update/weight ratio down to {worst.median_ratio:.3g}, "
-                           f"at {worst.label}): too small to learn in {len(worst.update_ratio)} steps",
-                           where=worst.label, severity="error", hint="raise --lr; check the gradients reach it",
-                           data={"modules": [g.label for g in slow], "ratios": [g.median_ratio for g in slow]}))
-    return out

@@ -109,9 +109,12 @@ def _loss(value: Any, where: str, allow_import: bool, base_dir: Optional[str]) -
     text = value.strip()
     if text.lower() in LOSSES:
         return text.lower()
-    from layerlab.spec.resolve import is_import_path, resolve_callable
+    from layerlab.spec.resolve import is_import_path, is_trusted, resolve_callable
 
-    if not is_import_path(text):
+    if text.startswith("torch.") and ":" not in text:  # torch.nn.functional.huber_loss → module:attribute
+        module, _, attribute = text.rpartition(".")
+        text = f"{module}:{attribute}"
+    if not (is_import_path(text) or (":" in text and is_trusted(text))):
         raise SpecError(f"train: unknown loss {text!r}", where=where,
                         expected=" | ".join(LOSSES) + " | an import path (module:function)", got=text,
                         hint=did_you_mean(text.lower(), LOSSES) or "torch.nn.functional:huber_loss needs no "

@@ -27,9 +27,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from layerlab.errors import Problem
 from layerlab.train.report import GroupTrace
 
-__all__ = ["NOT_LEARNING", "UNSTABLE", "FIRST_STEP_UNSTABLE", "Tracker", "unstable"]
+__all__ = ["NOT_LEARNING", "UNSTABLE", "FIRST_STEP_UNSTABLE", "Tracker", "unstable", "ratio_findings"]
 
 NOT_LEARNING = 1e-5
 UNSTABLE = 0.3
@@ -131,3 +132,80 @@ class Tracker:
 
     def members(self, group: GroupTrace) -> List[int]:
         return self._members[self.groups.index(group)]
+
+
+def ratio_findings(groups: List[GroupTrace], fit: str, stopped: bool,
+                   default_lr: Optional[float] = None) -> List[Problem]:
+    """``unstable`` (median ratio > UNSTABLE) and ``not-learning`` (< NOT_LEARNING, unless it overfits anyway).
+
+    A first update far larger than the initial weights with healthy later ratios is what a too-high
+    Adam lr does (the weights blow up, later ratios look tame) — and also what any Adam step of a
+    sane size does to weights initialised very small (GPT-2 with ``initializer_range=0.002``: the
+    first step is lr per element, 5× the weights). The loss tells them apart: the first never
+    overfits the batch, the second does; then it is ``large-first-step``, a warning.
+
+    Adam's first steps move each weight by ≈ lr, so the ratio is ≈ lr / rms(w): 0.5 for this
+    check's default 1e-2 on a Hugging Face std-0.02 init, a median above UNSTABLE in a run of a few
+    steps. When the lr is the check's default (``default_lr``, not the user's) and the loss fell
+    (``fit``: overfits, falls, slow), too-large steps are said as a warning about that default;
+    with the user's lr, or a loss that did not fall, they fail the check."""
+    overfits = fit == "overfits"
+    too_big = [g for g in groups if g.status == "ok" and unstable(g)]
+    if overfits:
+        large_first = [g for g in too_big if g.median_ratio is not None and g.median_ratio <= UNSTABLE]
+        too_big = [g for g in too_big if g not in large_first]
+    else:
+        large_first = []
+    slow = [g for g in groups if g.status == "ok" and g.median_ratio is not None
+            and g.median_ratio < NOT_LEARNING and not overfits and not stopped]
+    out = []
+    for g in large_first:
+        g.status = "large-first-step"
+    if large_first:
+        worst = max(large_first, key=lambda g: g.update_ratio[0] or 0)
+        out.append(Problem("large-first-step", f"{len(large_first)} parameter group(s) moved by more than "
+                           f"{FIRST_STEP_UNSTABLE:g}× their initial weights on the first step (up to "
+                           f"{worst.update_ratio[0]:.3g}× at {worst.label}), then by a healthy median "
+                           f"{worst.median_ratio:.3g} per step, and the loss still overfits: weights initialised "
+                           "much smaller than the lr's step size", where=worst.label, severity="warning",
+                           hint="fine for this check; a training run on weights this small usually wants a "
+                                "smaller lr or a warm-up",
+                           data={"modules": [g.label for g in large_first],
+                                 "first_ratios": [g.update_ratio[0] for g in large_first]}))
+    for g in too_big:
+        g.status = "unstable"
+    for g in slow:
+        g.status = "not-learning"
+    if too_big and default_lr is not None and fit in ("overfits", "falls", "slow"):
+        worst = max(too_big, key=lambda g: g.update_ratio[0] or g.median_ratio or 0)
+        first, median = (f"{v:.3g}" if v is not None else "—" for v in (worst.update_ratio[0], worst.median_ratio))
+        for g in too_big:
+            g.status = "large-steps"
+        out.append(Problem("large-steps", f"{len(too_big)} parameter group(s) change by a large share of their "
+                           f"weights per step with this check's default lr {default_lr:g} (update/weight ratio "
+                           f"{first} on the first step, median {median}, at {worst.label}; healthy ≈ 1e-3 … 1e-2), "
+                           "and the loss still falls: weights initialised small for this lr, not a failure of "
+                           "this check",
+                           where=worst.label, severity="warning",
+                           hint=f"for a training run, an lr 10–100× below {default_lr:g}; give --lr to check yours",
+                           data={"modules": [g.label for g in too_big],
+                                 "ratios": [g.median_ratio for g in too_big]}))
+        too_big = []
+    if too_big:
+        worst = max(too_big, key=lambda g: g.update_ratio[0] or g.median_ratio or 0)
+        first, median = (f"{v:.3g}" if v is not None else "—" for v in (worst.update_ratio[0], worst.median_ratio))
+        out.append(Problem("unstable", f"{len(too_big)} parameter group(s) change too much per step (update/weight "
+                           f"ratio {first} on the first step, median {median}, at "
+                           f"{worst.label}; healthy ≈ 1e-3 … 1e-2): the learning rate is far too high",
+                           where=worst.label,
+                           severity="error", hint="lower --lr by 10–100×; a healthy ratio is about 1e-3 … 1e-2",
+                           data={"modules": [g.label for g in too_big],
+                                 "ratios": [g.median_ratio for g in too_big]}))
+    if slow:
+        worst = min(slow, key=lambda g: g.median_ratio)
+        out.append(Problem("not-learning", f"{len(slow)} parameter group(s) change by less than {NOT_LEARNING:g} of "
+                           f"their weights per step (median update/weight ratio down to {worst.median_ratio:.3g}, "
+                           f"at {worst.label}): too small to learn in {len(worst.update_ratio)} steps",
+                           where=worst.label, severity="error", hint="raise --lr; check the gradients reach it",
+                           data={"modules": [g.label for g in slow], "ratios": [g.median_ratio for g in slow]}))
+    return out

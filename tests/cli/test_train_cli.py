@@ -67,3 +67,14 @@ def test_bad_train_section_exits_2_with_its_line(run, tmp_path):
     code, out, err = run("train-check", str(spec))
     assert code == 2, out + err
     assert f"{spec}:5:" in err and "unknown loss" in err
+
+
+def test_a_warning_does_not_claim_every_parameter_learns(run, tmp_path):
+    spec = tmp_path / "eval.yaml"
+    spec.write_text("block:\n  - Linear: {in_features: 8, out_features: 16}\n  - Dropout: {p: 0.2}\n"
+                    "  - Linear: {in_features: 16, out_features: 2}\ninput: {shape: [4, 8]}\nmode: eval\n")
+    code, out, err = run("train-check", str(spec), "--steps", "10")
+    assert code == 0, out + err
+    assert "eval-mode" in out
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("ok: no check failed, 1 warning(s) above") and "every trainable" not in last

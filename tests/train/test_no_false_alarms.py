@@ -39,7 +39,7 @@ def test_rnn_cell_zero_state_is_a_warning_with_its_reason():
 def test_prelu_with_one_parameter_is_not_failed_for_a_flat_loss():
     report = _run("PReLU")
     assert report.ok
-    assert [f.code for f in report.flags] in ([], ["loss-flat"])
+    assert [f.code for f in report.flags] in ([], ["loss-flat"], ["loss-slow"])
     for f in report.flags:
         assert f.severity == "warning" and "trainable values" in f.message
 

@@ -91,3 +91,18 @@ def test_python_api_bad_input_is_a_usage_error():
         train_check(torch.nn.Linear(3, 2), torch.randn(4, 3), loss="hinge")
     with pytest.raises(UsageError, match="nothing to train"):
         train_check(torch.nn.ReLU(), torch.randn(4, 3))
+
+
+@pytest.mark.parametrize("written", ["torch.nn.functional:cross_entropy", "torch.nn.functional.cross_entropy",
+                                     "torch.nn:CrossEntropyLoss"])
+def test_torch_losses_by_import_path_need_no_allow_import(tmp_path, written):
+    spec = _spec(tmp_path, f"loss: {written}\nsteps: 3\n")
+    report = train_check(spec)
+    assert report.target_source.startswith("random class indices")
+    from layerlab.target.build import from_spec
+
+    t = from_spec(spec)
+    target = torch.randint(0, 3, (5,), generator=torch.Generator().manual_seed(
+        __import__("layerlab.train.loss", fromlist=["x"]).target_seed(t.seed)))
+    expected = torch.nn.functional.cross_entropy(t.module(t.values()[0].detach()), target)
+    assert report.losses[0] == pytest.approx(expected.item(), rel=1e-6)
