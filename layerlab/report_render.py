@@ -79,7 +79,8 @@ def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
         from layerlab.cli import render_ddp
 
         return render_ddp.report(report)
-    raise TypeError(f"layerlab.render takes a layerlab report (from inspect, verify, profile or export_check), "
+    raise TypeError(f"layerlab.render takes a layerlab report (from inspect, verify, profile, export_check, "
+                    f"train_check, precision_check or ddp_check), "
                     f"got {kind}")
 
 

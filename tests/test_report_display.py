@@ -78,3 +78,13 @@ def test_importing_a_report_module_does_not_import_rich():
             "layerlab.profiling.report; print('rich' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_train_check_report_prints_its_loss_curve_and_modules():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    report = layerlab.train_check(mlp, torch.randn(16, 8), steps=20)
+    text = str(report)
+    assert text.startswith("train-check Sequential\n") and "loss" in text and "update/weight" in text
+    assert repr(report).startswith("<TrainReport Sequential ok") and "\n" not in repr(report)
+    assert "<table" in report._repr_html_() or "<pre" in report._repr_html_()

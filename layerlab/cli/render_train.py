@@ -59,7 +59,8 @@ def _first_last(values: List[Optional[float]]) -> str:
 
 def report(r: TrainReport) -> List[Any]:
     """Header, the loss curve and its verdict, one row per parameter group, the findings, the verdict."""
-    parts: List[Any] = [Text.from_markup(f"[bold]train-check {escape(r.target)}[/]  {escape(r.model)}")]
+    model = f"  {escape(r.model)}" if r.model != r.target else ""  # a module given in Python is named after its class
+    parts: List[Any] = [Text.from_markup(f"[bold]train-check {escape(r.target)}[/]{model}")]
     parts.append(Text.from_markup("[dim]" + escape(
         f"inputs: {_inputs(r.inputs)}  mode: {r.mode}  device: {r.device}  {r.dtype}  seed {r.seed}") + "[/]"))
     target = f" ({r.target_source})" if r.loss == "model" else f", target: {r.target_source}"

@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 from typing import Annotated
 
-from layerlab.cli.options import DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt, overrides
+from layerlab.cli.options import (DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt, ThreadsOpt,
+                                  overrides)
 from layerlab.cli.target_arg import AllowImportOpt, device_of, refuse_meta, resolve
 
 TargetArg = Annotated[str, typer.Argument(
@@ -38,6 +39,7 @@ def command(
     input_shape: InputShapeOpt = None,
     seed: SeedOpt = None,
     allow_import: AllowImportOpt = False,
+    threads: ThreadsOpt = None,
     json: JsonOpt = False,
 ) -> int:
     """Train a copy for a few steps on one fixed batch: can it overfit, does every parameter learn?
@@ -77,7 +79,7 @@ def command(
 
     with progress_steps(out.err, "train-check", json_mode=out.json_mode) as advance:
         report = train_target(resolved, steps=steps, optimizer=optimizer, lr=lr, allow_import=allow_import,
-                              copied=True, progress=advance)
+                              copied=True, progress=advance, threads=threads)
     if out.json_mode:
         out.json(report)
     else:

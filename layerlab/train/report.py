@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from layerlab.errors import Problem
+from layerlab.report_render import Displayable
 
 #: Bumped only when a key is removed or changes meaning (adding keys keeps the version).
 SCHEMA_VERSION = 1
@@ -93,8 +94,8 @@ class NonFinite:
     params: List[str] = field(default_factory=list)
 
 
-@dataclass
-class TrainReport:
+@dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable
+class TrainReport(Displayable):
     """Everything ``layerlab.train_check`` saw over the steps."""
 
     target: str
@@ -142,9 +143,6 @@ class TrainReport:
             if g.module == module:
                 return g
         raise KeyError(f"no parameter group {module!r}")
-
-    def __repr__(self) -> str:
-        return f"<TrainReport {self.model} {'ok' if self.ok else 'FAILED'}: .to_dict() for the data>"
 
     def to_dict(self) -> dict:
         from layerlab.serialize import to_jsonable
