@@ -339,6 +339,11 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     idle = frozen.mode_findings(model)
     if idle is not None:
         flags.append(idle)
+    stuck = [f"{f.code} {f.where}" for f in flags if f.severity == "error" and f.code in _STUCK]
+    if verdict.verdict in ("falls", "slow") and stuck:
+        # the "more steps or a larger lr" advice is wrong when parameters cannot learn at all
+        verdict.message = verdict.message.split("; short of")[0].split(": more steps")[0] + (
+            f"; short of {fit.EXPECTED:g}×, and more steps will not help: {', '.join(stuck)} (see below)")
     notes = [verdict.message]
     if objective is not None and objective.fn is not None:
         notes.append(f"the loss reads {objective.output_path}; target: {objective.target_source}, "
@@ -353,6 +358,10 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         target_source=objective.target_source if objective else "?", optimizer=opt_text, lr=rate, steps=steps,
         steps_run=len(run.losses), losses=run.losses, grad_norms=tracker.total_grad_norms, fit=verdict,
         groups=tracker.groups, nonfinite=run.nonfinite, flags=flags, notes=notes)
+
+
+#: findings that mean parameters cannot learn, whatever the number of steps
+_STUCK = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output")
 
 
 def _status_from_findings(tracker: Tracker, found: List[Problem]) -> None:

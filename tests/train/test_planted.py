@@ -129,6 +129,8 @@ def test_dead_relu_from_a_large_negative_bias(x):
     assert zero.data["dead_relus"] == ["1"] and zero.severity == "error"
     assert report.group("0").grad_norm[0] == 0.0 and not report.group("0").changed
     assert (model[0](x) < 0).all()  # really dead: the planted bias makes every pre-activation negative
+    assert report.fit.verdict == "falls"  # only the last layer's bias moves the loss: no "more steps" advice
+    assert "more steps will not help: dead-relu 1" in report.fit.message and "--steps" not in report.fit.message
 
 
 class _TwoHeads(nn.Module):
