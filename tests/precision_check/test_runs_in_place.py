@@ -159,3 +159,28 @@ def test_outputs_of_other_shapes_in_half_are_a_warning_not_a_raise():
     report = layerlab.precision_check(model, x, autocast=["bfloat16"])
     [finding] = report.runs[0].findings
     assert report.ok and finding.severity == "warning" and "other shapes" in finding.message
+
+
+def test_batched_relative_errors_equal_the_pair_by_pair_ones():
+    from layerlab.mixed.capture import Seen
+    from layerlab.mixed.compare import rel_error, rel_errors
+
+    gen = torch.Generator().manual_seed(0)
+
+    def seen(t, finite=True):
+        return Seen(sample=t, numel=t.numel(), dtype="float32", amax=None, finite=finite)
+
+    refs = [seen(torch.randn(n, generator=gen)) for n in (4096, 4096, 100, 7)]
+    halves = [seen(r.sample.to(torch.bfloat16).float()) for r in refs]
+    halves.append(seen(torch.tensor([1.0, float("inf")]), finite=False))
+    refs.append(seen(torch.tensor([1.0, 2.0])))
+    pairs = list(zip(halves, refs)) + [(halves[0], refs[0])]  # a repeated pair is measured once
+    batched = rel_errors(pairs)
+    for h, r in pairs:
+        expected = rel_error(h, r)
+        got = batched[(id(h), id(r))]
+        assert got == expected or abs(got - expected) <= 1e-12 * max(1.0, expected), (got, expected)
+    # and against torch directly: ‖half − ref‖ / ‖ref‖ in float64
+    x, y = halves[0].sample.double(), refs[0].sample.double()
+    assert abs(batched[(id(halves[0]), id(refs[0]))] - float((x - y).norm() / y.norm())) < 1e-12
+    assert batched[(id(halves[-1]), id(refs[-1]))] == float("inf")
