@@ -145,7 +145,11 @@ def check_writable(path: Optional[Path], flag: str) -> None:
     if path is None:
         return
     p = Path(path)
-    if p.exists():
+    try:
+        exists = p.exists()
+    except OSError as exc:  # ENAMETOOLONG and the like: Path.exists raises them on Python 3.11
+        raise _unwritable(flag, str(p), exc) from None
+    if exists:
         if not p.is_file():
             raise UsageError(f"{flag}: {str(p)!r} is not a regular file", where=flag, got=str(p),
                              hint="give the path of a file to create or overwrite")

@@ -25,6 +25,8 @@ KEYS = ("nproc", "loss", "find_unused_parameters", "broadcast_buffers", "timeout
 
 #: the most ranks one machine is asked to start: each one is a process importing torch
 MAX_NPROC = 64
+#: the longest a collective may wait (one day): longer is a hang, and torch's timedelta overflows near 1e14 s
+MAX_TIMEOUT = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,10 @@ def check_nproc(n: Any, where: str = "--nproc") -> int:
 
 
 def check_timeout(t: Any, where: str = "--timeout") -> float:
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise UsageError("timeout is a number of seconds > 0", where=where, expected="seconds > 0", got=t)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 < t <= MAX_TIMEOUT:
+        raise UsageError(f"timeout is a number of seconds > 0 and at most {MAX_TIMEOUT:g} (a day)", where=where,
+                         expected=f"0 < seconds ≤ {MAX_TIMEOUT:g}", got=t,
+                         hint="a collective that waits longer than this has hung; 60 s is plenty on one machine")
     return float(t)
 
 

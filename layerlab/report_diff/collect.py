@@ -37,7 +37,8 @@ class Collector:
         if not differ(x, y, self.rtol, self.atol):
             return False
         if not self.quiet:
-            self.changes.append(Change(section, where, what, a, b, score=score(x, y, self.atol, scale), numeric=True))
+            self.changes.append(Change(section, _shown(where), _shown(what), a, b, score=score(x, y, self.atol, scale),
+                                       numeric=True))
         return True
 
     def same(self, section: str, where: str, what: str, a: Any, b: Any) -> bool:
@@ -49,5 +50,15 @@ class Collector:
     def add(self, section: str, where: str, what: str, a: Any, b: Any) -> bool:
         """Record a structural change (score ∞: ranked before every numeric one)."""
         if not self.quiet:
-            self.changes.append(Change(section, where, what, a, b, score=math.inf))
+            self.changes.append(Change(section, _shown(where), _shown(what), _shown(a), _shown(b), score=math.inf))
         return True
+
+
+def _shown(value: Any) -> Any:
+    """A string from a report file as it may be echoed: control characters escaped, cut to a few
+    hundred characters (a report is user input: it must not drive the terminal or print megabytes)."""
+    if not isinstance(value, str):
+        return value
+    from layerlab.spec.limits import clean_text
+
+    return clean_text(value, 300)

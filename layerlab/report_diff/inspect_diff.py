@@ -212,7 +212,9 @@ def _by_name(items: Optional[List[dict]]) -> Dict[str, dict]:
 
 
 def _label(path: str, call: int) -> str:
-    name = path or "(root)"
+    from layerlab.spec.limits import clean_text
+
+    name = clean_text(path, 300) if path else "(root)"  # a path from a file: echoed safely
     return name if call == 1 else f"{name} (call {call})"
 
 

@@ -18,6 +18,8 @@ READABLE = {
     "inspect-report": 1, "gradcheck-report": 1, "gradcheck-matrix": 1, "profile-report": 1,
 }
 MANIFEST_SCHEMA_READ = 1
+#: the largest report file read (a report of a 100-layer model is a few MB; JSON takes ~10× its size in memory)
+MAX_BYTES = 256 * 2**20
 _HOW = "the output of a layerlab command's --json (layerlab inspect SPEC --json > A.json)"
 
 
@@ -59,6 +61,10 @@ def _read_file(path: Path) -> Dict[str, Any]:
     if not path.is_file():
         raise ReportError(f"{name!r} is not a regular file", where=name, expected="a JSON report file",
                           got="a directory" if path.is_dir() else "a device, FIFO or socket")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ReportError(f"{name!r} is {size / 2**20:,.0f} MiB, larger than any layerlab report this reads",
+                          where=name, expected=f"at most {MAX_BYTES // 2**20} MiB", got=f"{size:,} bytes", hint=_HOW)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -71,6 +77,12 @@ def _read_file(path: Path) -> Dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ReportError(f"{name} is not valid JSON: {exc.msg}", where=f"{name}:{exc.lineno}:{exc.colno}",
                           hint="was the file cut short, or is it the human output (without --json)?") from None
+    except RecursionError:  # json's decoder recurses once per [ or {
+        raise ReportError(f"{name} nests objects and lists too deep to read, which no layerlab report does",
+                          where=name, hint=_HOW) from None
+    except ValueError as exc:  # a number of more than 4300 digits (Python's int limit)
+        raise ReportError(f"{name} is not a JSON report layerlab can read: {str(exc).splitlines()[0][:200]}",
+                          where=name, hint=_HOW) from None
     return _checked(data, name)
 
 
@@ -91,4 +103,7 @@ def _checked(data: Any, name: str) -> Dict[str, Any]:
         raise ReportError(f"{name} has a manifest of schema {m['schema']}, newer than this layerlab reads",
                           where=name, expected=f"schema ≤ {MANIFEST_SCHEMA_READ}", got=m["schema"],
                           hint="upgrade layerlab to compare it")
+    from layerlab.report_diff import wellformed
+
+    wellformed.check(data, kind, name)
     return data

@@ -61,6 +61,7 @@ class Objective:
     target: Optional[torch.Tensor]
     target_source: str
     output_named: bool = True
+    where: str = "loss"  #: what a loss that rejects the prediction or target is reported against (file:line:col)
 
     def __call__(self, output: Any) -> torch.Tensor:
         """The scalar loss of one forward's ``output``."""
@@ -133,7 +134,14 @@ def loss_function(loss: Any, where: str) -> Tuple[str, Optional[Callable]]:
     """``loss`` (a name of :data:`LOSSES` or a callable) → ``(name, fn)``; ``fn`` is ``None`` for ``model``."""
     if callable(loss) and not isinstance(loss, str):
         if isinstance(loss, type) and issubclass(loss, torch.nn.Module):
-            loss = loss()  # nn.MSELoss, nn.HuberLoss: the class, built with its defaults
+            try:
+                loss = loss()  # nn.MSELoss, nn.HuberLoss: the class, built with its defaults
+            except Exception as exc:  # noqa: BLE001 - nn.Linear and the like need arguments: not a loss
+                raise SpecError(f"the loss {loss.__name__} cannot be built without arguments "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+                                where=where, expected="a loss module built with its defaults (torch.nn:MSELoss) "
+                                "or a function fn(prediction, target) -> scalar", got=loss.__name__,
+                                hint="name a loss: mse, cross_entropy, torch.nn.functional:huber_loss") from None
         return getattr(loss, "__name__", type(loss).__name__), loss
     if not isinstance(loss, str) or loss.strip().lower() not in LOSSES:
         raise UsageError(f"unknown loss {loss!r}", where=where, expected=" | ".join(LOSSES) + " | a callable",

@@ -30,6 +30,7 @@ import torch
 
 from layerlab.errors import CheckFailed, LayerlabError, Problem, SpecError, UsageError
 from layerlab.target.bind import describe, map_args
+from layerlab.spec.limits import clean_text
 from layerlab.train import diverge, fit, frozen, loss as L
 from layerlab.train.optim import build_optimizer, optimizer_names
 from layerlab.train.report import TrainReport
@@ -241,12 +242,13 @@ def _loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
     except LayerlabError:
         raise
     except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
         raise SpecError(f"the loss {objective.loss_name} rejected the prediction {objective.output_path}: "
-                        f"{type(exc).__name__}: {str(exc).splitlines()[0]}", where="loss",
+                        f"{type(exc).__name__}: {clean_text(first, 300)}", where=objective.where,
                         hint="pick the output with output:, or give a target that fits the loss") from None
     if not isinstance(value, torch.Tensor) or value.dim() != 0 or not value.is_floating_point():
         got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-        raise SpecError(f"the loss ({objective.loss_name}) must be a floating scalar", where="loss", got=got,
+        raise SpecError(f"the loss ({objective.loss_name}) must be a floating scalar", where=objective.where, got=got,
                         hint="reduce it (mean) or pick the loss output with output: loss")
     return value
 
@@ -279,7 +281,10 @@ def _objective(out: Any, section: TrainSection, loss: Any, target: Any, output: 
         value = L.make_target(name, pred, built.seed, fn)
         source = L.target_source(L.target_kind(name, fn), built.seed)
     L.check_target(name, pred, value, at("target") if target is None else "target")
-    return L.Objective(name, path, fn, value, source, choice is not None)
+    # a loss that rejects the pair is reported at the spec's target when it wrote one, else at its loss
+    blame = "target" if target is not None else at("target") if section.target is not None else \
+        at("loss") if loss is None else "loss"
+    return L.Objective(name, path, fn, value, source, choice is not None, where=blame)
 
 
 def _spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tensor:
@@ -293,7 +298,14 @@ def _spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tenso
 
     dtype = str(pred.dtype).replace("torch.", "") if pred.is_floating_point() else "float32"
     value = make_inputs([spec], seed=L.target_seed(built.seed), dtype=dtype, device=str(pred.device))["target"]
-    return value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    try:  # a literal written in the spec (target: 0.5, target: [[1, 0]]): numbers only
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise SpecError("train: target is a tensor, written like an input", where=spec.where,
+                        expected="{shape: [8], low: 0, high: 10}, a number, or same_as: an input",
+                        got=value) from None
 
 
 def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt, default_lr: bool) -> TrainReport:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 from layerlab.errors import SpecError, UsageError
+from layerlab.spec.limits import clean_text
 
 __all__ = ["from_section", "from_option"]
 
@@ -32,7 +33,8 @@ def _builtin(text: str, where: str, error) -> str:
     from layerlab.probe.probes import BUILTIN
 
     if text not in BUILTIN:
-        raise error(f"unknown probe {text!r}", where=where, expected=" | ".join(BUILTIN), got=text,
+        shown = clean_text(text, 80)  # a name is echoed, never megabytes of it
+        raise error(f"unknown probe {shown!r}", where=where, expected=" | ".join(BUILTIN), got=shown,
                     hint="a custom probe is an import path to a function: my_module:my_probe (needs --allow-import)")
     return text
 
@@ -43,7 +45,7 @@ def _custom(path: str, where: str, allow_import: bool, base_dir: Optional[str], 
     from layerlab.spec.resolve import is_trusted, resolve_callable
 
     if not allow_import and not is_trusted(path):
-        raise error(f"probe {path!r} is an import path: importing it runs its code, and layerlab never does that "
+        raise error(f"probe {clean_text(path, 200)!r} is an import path: importing it runs its code, and layerlab never does that "
                     "by itself", where=where,
                     hint="pass --allow-import if you trust this code (probes=[my_function] in Python)")
     try:
@@ -53,7 +55,7 @@ def _custom(path: str, where: str, allow_import: bool, base_dir: Optional[str], 
             raise
         raise error(exc.message, where=where, expected=exc.expected, got=exc.got, hint=exc.hint) from None
     if isinstance(fn, type):
-        raise error(f"probe {path!r} is a class; a custom probe is a function (module, inputs, output) -> dict",
+        raise error(f"probe {clean_text(path, 200)!r} is a class; a custom probe is a function (module, inputs, output) -> dict",
                     where=where, got=fn.__name__)
     return CallableProbe(fn, modules=modules, name=name or path.rpartition(":")[2])
 
@@ -95,6 +97,11 @@ def from_section(section: Any, marks: Any, allow_import: bool = False, base_dir:
 def from_option(values: Optional[List[str]], allow_import: bool = False) -> List[Any]:
     """The probes ``--probe`` asks for (each value a comma-separated list)."""
     out: List[Any] = []
+    if values and not any(t.strip() for value in values for t in value.split(",")):
+        # `--probe ""` or `--probe ,` (an empty shell variable): say so rather than run no probe silently
+        raise UsageError("--probe names no probe", where="--probe", expected="attention | sparsity | dead | rank | "
+                         "… or module:function", got=", ".join(repr(v) for v in values)[:200],
+                         hint="drop --probe, or name a probe: --probe sparsity")
     for value in values or []:
         for text in (t.strip() for t in value.split(",")):
             if not text:
