@@ -22,6 +22,8 @@ run (dropout masks) and restored afterwards.
 
 from __future__ import annotations
 
+import math
+
 import copy
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -351,6 +353,9 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     idle = frozen.mode_findings(model)
     if idle is not None:
         flags.append(idle)
+    negative = _negative_loss(objective, run.losses)
+    if negative is not None:
+        flags.append(negative)
     stuck = [f"{f.code} {f.where}" for f in flags if f.severity == "error" and f.code in _STUCK]
     if verdict.verdict in ("falls", "slow") and stuck:
         # the "more steps or a larger lr" advice is wrong when parameters cannot learn at all
@@ -370,6 +375,34 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         target_source=objective.target_source if objective else "?", optimizer=opt_text, lr=rate, steps=steps,
         steps_run=len(run.losses), losses=run.losses, grad_norms=tracker.total_grad_norms, fit=verdict,
         groups=tracker.groups, nonfinite=run.nonfinite, flags=flags, notes=notes)
+
+
+def _negative_loss(objective, losses: List[float]) -> Optional[Problem]:
+    """cross_entropy and nll of valid inputs are ≥ 0; a loss below 0 falls without bound, and its
+    fall says nothing about fitting (the outputs are not log-probabilities, or a float target is
+    not a probability distribution)."""
+    name = getattr(objective, "loss_name", None)
+    target = getattr(objective, "target", None)
+    if name == "cross_entropy" and target is not None and target.is_floating_point() and target.numel():
+        dim = 1 if target.dim() >= 2 else 0
+        sums = target.sum(dim)
+        if bool((target < 0).any()) or not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+            return Problem("target-not-probabilities",
+                           f"cross_entropy's float target is read as class probabilities, but it is not one "
+                           f"(min {float(target.min()):.3g}, sums over dim {dim} from {float(sums.min()):.3g} to "
+                           f"{float(sums.max()):.3g}): the loss has no floor, so its fall does not show fitting",
+                           where="(loss)", severity="error",
+                           hint="give class indices (target: {dtype: int64, high: C}) or probabilities that "
+                                "are ≥ 0 and sum to 1 over the class dim")
+    finite = [v for v in losses if math.isfinite(v)]
+    if name not in ("cross_entropy", "nll") or not finite or min(finite) >= -1e-6:
+        return None
+    why = ("nll reads log-probabilities: end the model with log_softmax (or use cross_entropy on logits)"
+           if name == "nll" else
+           "a float target of cross_entropy is class probabilities (≥ 0, summing to 1 over the class dim); "
+           "class indices are an int64 target (dtype: int64, high: C)")
+    return Problem("loss-negative", f"{name} went below 0 (min {min(finite):.3g}): it can fall without bound, so "
+                   "its fall does not show the model fitting", where="(loss)", severity="error", hint=why)
 
 
 #: findings that mean parameters cannot learn, whatever the number of steps

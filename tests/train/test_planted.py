@@ -183,3 +183,25 @@ def test_requires_grad_false_is_a_warning(x):
     report = train_check(model, x)
     assert report.ok
     assert _codes(report) == {("requires-grad-false", "0")}
+
+
+def test_nll_on_raw_outputs_goes_negative_and_is_not_called_a_fit(x):
+    model = _mlp()  # ends in a Linear: its outputs are not log-probabilities
+    target = torch.randint(0, 4, (16,), generator=torch.Generator().manual_seed(2))
+    report = train_check(model, x, loss="nll", target=target)
+    # torch agrees the loss has no floor: nll of raw outputs is −output[target], already below 0 here
+    assert min(report.losses) < 0
+    assert not report.ok and ("loss-negative", "(loss)") in _codes(report)
+    flag = [f for f in report.flags if f.code == "loss-negative"][0]
+    assert "log_softmax" in flag.hint
+
+
+def test_cross_entropy_with_a_float_target_that_is_not_probabilities_is_refused(x):
+    model = _mlp()
+    soft = torch.randn(16, 4, generator=torch.Generator().manual_seed(3))  # not ≥ 0, rows do not sum to 1
+    report = train_check(model, x, loss="cross_entropy", target=soft)
+    assert not report.ok and ("target-not-probabilities", "(loss)") in _codes(report)
+    probs = torch.softmax(soft, dim=1)  # a real distribution passes that check
+    good = train_check(_mlp(), x, loss="cross_entropy", target=probs)
+    assert "target-not-probabilities" not in [f.code for f in good.flags]
+    assert min(good.losses) >= 0
