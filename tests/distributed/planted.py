@@ -36,27 +36,35 @@ def batchnorm_mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
 
 
-class UnusedBranch(nn.Module):
-    """``aux`` is built but never called: DDP without find_unused_parameters raises at the next step."""
+class _Planted(nn.Module):
+    """A ``Linear(16, 8)`` body built from seed 0 (every rank and the one-process run get the same
+    weights) and, for the branch cases, a second ``Linear(8, 8)`` called ``extra``."""
+
+    with_extra = False
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.body = nn.Linear(16, 8)
+        if self.with_extra:
+            self.extra = nn.Linear(8, 8)
+
+
+class UnusedBranch(_Planted):
+    """``aux`` is built but never called: DDP without find_unused_parameters raises at the next step."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.aux = nn.Linear(16, 8)
 
     def forward(self, x):
         return self.body(x)
 
 
-class RankBranch(nn.Module):
+class RankBranch(_Planted):
     """``extra`` runs on rank 1 only: rank-dependent control flow."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.body = nn.Linear(16, 8)
-        self.extra = nn.Linear(8, 8)
+    with_extra = True
 
     def forward(self, x):
         h = self.body(x)
@@ -65,13 +73,11 @@ class RankBranch(nn.Module):
         return h
 
 
-class BufferOnRankZero(nn.Module):
+class BufferOnRankZero(_Planted):
     """A step counter that only rank 0 increments: the ranks' buffers disagree after the step."""
 
     def __init__(self) -> None:
         super().__init__()
-        torch.manual_seed(0)
-        self.body = nn.Linear(16, 8)
         self.register_buffer("seen", torch.zeros(()))
 
     def forward(self, x):
@@ -80,13 +86,8 @@ class BufferOnRankZero(nn.Module):
         return self.body(x)
 
 
-class HangsOnRankOne(nn.Module):
+class HangsOnRankOne(_Planted):
     """Rank 1 sleeps in its forward, far past any timeout: the other rank waits in a collective."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.body = nn.Linear(16, 8)
 
     def forward(self, x):
         if dist.is_initialized() and dist.get_rank() == 1:
@@ -94,13 +95,8 @@ class HangsOnRankOne(nn.Module):
         return self.body(x)
 
 
-class RaisesOnRankOne(nn.Module):
+class RaisesOnRankOne(_Planted):
     """Rank 1 raises in its forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.body = nn.Linear(16, 8)
 
     def forward(self, x):
         if dist.is_initialized() and dist.get_rank() == 1:
@@ -123,14 +119,10 @@ def weighted_mean_loss(output, inputs):
     return (output * torch.linspace(-1, 1, output.shape[-1])).mean()
 
 
-class DecidedOnTheBatch(nn.Module):
+class DecidedOnTheBatch(_Planted):
     """``extra`` runs when the *batch's* mean of feature 0 is positive: a branch on a batch-level value."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.body = nn.Linear(16, 8)
-        self.extra = nn.Linear(8, 8)
+    with_extra = True
 
     def forward(self, x):
         h = self.body(x)
@@ -139,14 +131,10 @@ class DecidedOnTheBatch(nn.Module):
         return h
 
 
-class Router(nn.Module):
+class Router(_Planted):
     """Per-sample routing (a parameter used only on some inputs): ``extra`` for samples with x[:, 0] > 0."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.body = nn.Linear(16, 8)
-        self.extra = nn.Linear(8, 8)
+    with_extra = True
 
     def forward(self, x):
         h = self.body(x)
