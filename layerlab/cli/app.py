@@ -93,6 +93,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return report(Interrupted("interrupted (Ctrl-C)"), json_mode)
     except BrokenPipeError:
         return broken_pipe()
+    except SystemExit as exc:
+        # a closed stdout while the help is printed (``layerlab --help | head``): Rich's console (and
+        # click, for plain output) answers the BrokenPipeError with SystemExit(1); it is a broken pipe
+        if isinstance(exc.__context__, BrokenPipeError) or type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            return broken_pipe()
+        raise
     return rv if isinstance(rv, int) else 0
 
 

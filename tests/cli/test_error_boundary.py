@@ -195,7 +195,7 @@ def test_torch_warnings_untouched_without_json(tmp_path):
 
 @pytest.mark.parametrize("argv", [["explain-shape", "--input", "32", "--kernel", "3"],
                                   ["explain-shape", "--input", "32", "--kernel", "3", "--json"],
-                                  ["inspect", "linear"]])
+                                  ["inspect", "linear"], ["--help"], ["inspect", "--help"]])
 def test_closed_stdout_exits_141_quietly(argv, tmp_path):
     """``layerlab … | head -c 20``: the reader is gone before layerlab writes (closed here on purpose,
     so the pipe is broken every time, not only when the timing says so)."""
