@@ -24,7 +24,7 @@ from layerlab.probe.report import CallRecord, InspectReport
 
 #: Fewest blocks worth a fold where the container's level is shown anyway (2 would save nothing).
 MIN_RUN = 3
-_BARS = "▁▂▃▄▅▆▇█"
+BARS = "▁▂▃▄▅▆▇█"
 
 
 @dataclass
@@ -71,9 +71,9 @@ def sparkline(values: Sequence[Optional[float]], cap: int = 12) -> str:
         if v is None or not math.isfinite(v):
             out.append("·")
         elif top == 0:
-            out.append(_BARS[0])
+            out.append(BARS[0])
         else:
-            out.append(_BARS[min(len(_BARS) - 1, int(abs(v) / top * (len(_BARS) - 1) + 0.5))])
+            out.append(BARS[min(len(BARS) - 1, int(abs(v) / top * (len(BARS) - 1) + 0.5))])
     return "".join(out)
 
 

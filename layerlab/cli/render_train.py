@@ -10,9 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from layerlab.cli.render_common import inputs as _inputs, verdict
+from layerlab.cli.render_fold import BARS
 from layerlab.train.report import TrainReport
 
-_BARS = "▁▂▃▄▅▆▇█"
 _STATUS = {"ok": "[green]ok[/]", "unstable": "[bold red]unstable[/]", "not-learning": "[bold red]not learning[/]",
            "no-grad": "[bold red]no gradient[/]", "wrong-output": "[bold red]wrong output[/]",
            "unread-output": "[yellow]output not read[/]", "large-first-step": "[yellow]large first step[/]",
@@ -21,8 +21,10 @@ _STATUS = {"ok": "[green]ok[/]", "unstable": "[bold red]unstable[/]", "not-learn
            "requires-grad-false": "[yellow]frozen[/]"}
 
 
-def sparkline(values: Sequence[float], width: int = 40) -> str:
-    """The loss curve in block characters, on a log scale when every value is > 0 (``·`` for NaN/Inf)."""
+def loss_curve(values: Sequence[float], width: int = 40) -> str:
+    """The loss curve in block characters, min to max on a log scale when every value is > 0 (``·``
+    for NaN/Inf); unlike :func:`~layerlab.cli.render_fold.sparkline`, whose bars start at 0, a fall
+    from 1.03 to 0.85 fills the whole height."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return "·" * min(len(values), width)
@@ -36,9 +38,9 @@ def sparkline(values: Sequence[float], width: int = 40) -> str:
         if not math.isfinite(v):
             out.append("·")
         elif hi == lo:
-            out.append(_BARS[0])
+            out.append(BARS[0])
         else:
-            out.append(_BARS[min(len(_BARS) - 1, int((f(v) - lo) / (hi - lo) * len(_BARS)))])
+            out.append(BARS[min(len(BARS) - 1, int((f(v) - lo) / (hi - lo) * len(BARS)))])
     return "".join(out)
 
 
@@ -68,7 +70,7 @@ def report(r: TrainReport) -> List[Any]:
         f"{r.optimizer}, {r.steps_run}/{r.steps} steps on one batch; loss: {r.loss} on {r.output}{target}") + "[/]"))
     if r.losses:
         parts.append(Text.from_markup(
-            f"loss  {escape(_num(r.losses[0]))} {sparkline(r.losses)} {escape(_num(r.losses[-1]))}   "
+            f"loss  {escape(_num(r.losses[0]))} {loss_curve(r.losses)} {escape(_num(r.losses[-1]))}   "
             f"[bold]{escape(r.fit.verdict)}[/]: {escape(r.fit.message)}"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1),
                   collapse_padding=True)

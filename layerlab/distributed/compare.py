@@ -28,7 +28,7 @@ cancels to ~0 — a bias before BatchNorm — carries the rounding of its neighb
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import nn

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from layerlab.mixed.capture import CallSeen, Key, Seen
+from layerlab.mixed.capture import Key, Seen
 from layerlab.mixed.dtypes import FP16_TINY
 from layerlab.mixed.report import ModuleRow, ParamRow
 from layerlab.mixed.runs import OpSeen, RunResult

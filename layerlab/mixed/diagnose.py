@@ -22,7 +22,7 @@ gradients that float16 would flush to zero. Those are warnings; the float16 run 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from layerlab.mixed import causes
 from layerlab.mixed.capture import Key

@@ -55,8 +55,9 @@ class ModuleRow:
 
     @property
     def label(self) -> str:
-        name = self.path or "(root)"
-        return name if self.call == 1 else f"{name} (call {self.call})"
+        from layerlab.probe.report import call_label
+
+        return call_label(self.path, self.call)
 
 
 @dataclass

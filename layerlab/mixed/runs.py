@@ -40,6 +40,7 @@ from torch.nn.parameter import is_lazy
 
 from layerlab.mixed.capture import Capture, CallSeen, Key, abs_max, finite_amax
 from layerlab.mixed.dtypes import HALF
+from layerlab.probe.buffers import SavedBuffers
 from layerlab.probe.backward import differentiable_outputs, random_projection
 from layerlab.probe.hooks import ProbeBug, Recorder
 from layerlab.probe.ops import OpTrace
@@ -137,13 +138,13 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
     # A model of torch.nn / layerlab modules changes nothing but its buffers when it runs (BatchNorm's
     # statistics): it runs as it is, its buffers put back afterwards. Anything else runs on a copy.
     model = module if in_place else copy.deepcopy(module)
-    saved = _save_buffers(modules) if in_place else None
+    saved = SavedBuffers(modules) if in_place else None
     try:
         _run(model, args, setting, dtype, seed, device, lazy, reference, result,
              named_modules if in_place else list(model.named_modules()))
     finally:
         if saved is not None:
-            _restore_buffers(saved)
+            saved.restore()
     result.seconds = time.perf_counter() - started
     return result
 
@@ -242,28 +243,13 @@ def needs_trace(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]
 
 def stateless(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:
     """Can it run in place? torch.nn / layerlab modules change only their buffers when they run
-    (BatchNorm's running statistics), which :func:`_save_buffers` puts back. A user-written forward
+    (BatchNorm's running statistics), which :class:`~layerlab.probe.buffers.SavedBuffers` puts back. A user-written forward
     or hook may change anything (a counter, a cache, a list it appends to), so a model with one runs
     on a copy, as does a lazy module (running it materialises its parameters)."""
     modules = list(module.modules()) if modules is None else modules
     return library_only(module, modules) and not any(
         m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
         or any(p is not None and is_lazy(p) for p in m._parameters.values()) for m in modules)
-
-
-def _save_buffers(modules: List[torch.nn.Module]) -> list:
-    """Every buffer of every module: the tensor object and a copy of its values."""
-    return [(m, name, b, None if b is None else b.detach().clone())
-            for m in modules for name, b in m._buffers.items()]
-
-
-def _restore_buffers(saved: list) -> None:
-    """Put back each buffer object (in case a module replaced it) with its saved values."""
-    with torch.no_grad():
-        for m, name, b, values in saved:
-            m._buffers[name] = b
-            if b is not None:
-                b.copy_(values) if b.shape == values.shape else b.set_(values)
 
 
 class OutputsDiffer(Exception):

@@ -92,6 +92,13 @@ class TensorInfo:
         return self.shape is not None
 
 
+def call_label(path: Optional[str], call: Optional[int]) -> str:
+    """How every report names a module call: its path (``(root)`` for the model itself), with
+    ``(call n)`` from its second call on. (No torch here: ``layerlab diff`` uses it on JSON.)"""
+    name = path or "(root)"
+    return name if call in (None, 1) else f"{name} (call {call})"
+
+
 @dataclass
 class CallRecord:
     """One module call, in execution order (``index`` = order in which calls started).
@@ -128,8 +135,7 @@ class CallRecord:
     @property
     def label(self) -> str:
         """``encoder.layers.0`` or ``encoder.layers.0 (call 2)`` for a repeated call."""
-        name = self.path or "(root)"
-        return name if self.call == 1 else f"{name} (call {self.call})"
+        return call_label(self.path, self.call)
 
 
 @dataclass

@@ -86,6 +86,7 @@ def inspect(
     """
     import torch
 
+    from layerlab.probe.buffers import SavedBuffers
     from layerlab.probe.hooks import ProbeBug, Recorder
 
     from layerlab.arguments import check_module, check_not_meta, check_seed
@@ -103,11 +104,8 @@ def inspect(
         check_not_meta(module, [*inputs, *fwd_kwargs.values()])  # the report's statistics need values
     named_modules = list(module.named_modules())
     flags = [(m, m.training) for _, m in named_modules]
-    # a train-mode forward updates BatchNorm's running statistics: put them back on the way out,
-    # so that inspecting a model leaves it as it was (buffers are small next to the activations)
-    # (a lazy module's buffers have no values before its first forward: nothing to put back)
-    buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()
-               if not torch.nn.parameter.is_lazy(b) and not b.is_inference() and not b.is_meta]
+    # a train-mode forward updates BatchNorm's running statistics: put back on the way out
+    buffers = SavedBuffers(m for _, m in named_modules)
     recorder = Recorder(module, stats=stats, grads=backward)
     probe_list, probe_run = _probes(probes, meta, module, named_modules, inputs, fwd_kwargs, backward, seed)
     trace = None
@@ -165,12 +163,7 @@ def inspect(
         for m, flag in flags:
             if m.training is not flag:  # nn.Module.__setattr__ is slow: only where it changed
                 m.training = flag
-        with torch.no_grad():
-            for b, version, saved in buffers:
-                # only what the run wrote to; batch_norm updates running statistics in place
-                # without bumping _version, so the values are compared too (buffers are small)
-                if b.shape == saved.shape and (b._version != version or not torch.equal(b, saved)):
-                    b.copy_(saved)
+        buffers.restore()
     if raised is not None:
         start = time.perf_counter()
         _explain(failure, raised, recorder, trace, module, inputs, fwd_kwargs, seed, mode, fix,

@@ -214,8 +214,9 @@ def _by_name(items: Optional[List[dict]]) -> Dict[str, dict]:
 def _label(path: str, call: int) -> str:
     from layerlab.spec.limits import clean_text
 
-    name = clean_text(path, 300) if path else "(root)"  # a path from a file: echoed safely
-    return name if call == 1 else f"{name} (call {call})"
+    from layerlab.probe.report import call_label
+
+    return call_label(clean_text(path, 300) if path else path, call)  # a path from a file: echoed safely
 
 
 def _failure(f: Optional[dict]) -> Optional[str]:

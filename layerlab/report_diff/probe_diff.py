@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from layerlab.probe.report import call_label  # no torch: diffing JSON files never imports it
 from layerlab.report_diff.collect import Collector
 from layerlab.report_diff.numbers import as_number, differ
 
@@ -23,7 +24,7 @@ def compare_probes(pa: List[dict], pb: List[dict], col: Collector) -> List[str]:
             continue
         col.compared["probes"] += 1
         for key, ra, rb in _pair(_rows(a), _rows(b)):
-            where = f"{name}: {_row_label(*key)}"
+            where = f"{name}: {call_label(*key)}"
             if ra is None or rb is None:
                 col.add("probes", where, "row added" if ra is None else "row gone", None, None)
                 continue
@@ -40,11 +41,6 @@ def compare_probes(pa: List[dict], pb: List[dict], col: Collector) -> List[str]:
 
 def _rows(probe: dict) -> Dict[tuple, dict]:
     return {(r.get("path"), r.get("call")): r for r in probe.get("rows") or []}
-
-
-def _row_label(path: Any, call: Any) -> str:
-    name = path or "(root)"
-    return name if call in (None, 1) else f"{name} (call {call})"
 
 
 def _series(col: Collector, where: str, name: str, sa: Any, sb: Any) -> None:

@@ -11,7 +11,7 @@ This module never imports torch (diffing two JSON files needs none).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from layerlab.report_diff.collect import Collector
 from layerlab.report_diff.load import ReportError, kind_of, load

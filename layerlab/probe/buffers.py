@@ -1,0 +1,42 @@
+"""Leave a model's buffers as they were after a run that may write to them.
+
+A train-mode forward updates BatchNorm's running statistics in place; ``inspect`` and
+``precision-check`` run the user's own model and must hand it back unchanged. One mechanism for
+both: every buffer is saved before the run (buffers are small next to the activations) and, after
+it, only those the run wrote to are put back, each as the same tensor object under the same name.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Tuple
+
+import torch
+from torch.nn.parameter import is_lazy
+
+__all__ = ["SavedBuffers"]
+
+
+class SavedBuffers:
+    """``saved = SavedBuffers(modules)`` before the run, ``saved.restore()`` after it.
+
+    A lazy module's buffers have no values before its first forward, and inference or meta tensors
+    cannot be compared: those are not saved (nothing to put back).
+    """
+
+    def __init__(self, modules: Iterable[torch.nn.Module]) -> None:
+        self._saved: List[Tuple[torch.nn.Module, str, torch.Tensor, int, torch.Tensor]] = [
+            (m, name, b, b._version, b.detach().clone())
+            for m in modules for name, b in m._buffers.items()
+            if b is not None and not is_lazy(b) and not b.is_inference() and not b.is_meta]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for m, name, b, version, values in self._saved:
+                if m._buffers.get(name) is not b:  # the module replaced it (self.stat = new tensor)
+                    m._buffers[name] = b
+                if b.shape != values.shape:  # resized in place
+                    b.set_(values.clone())
+                # batch_norm updates running statistics in place without bumping _version, so the
+                # values are compared too
+                elif b._version != version or not torch.equal(b, values):
+                    b.copy_(values)
