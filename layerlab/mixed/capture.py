@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from layerlab.probe.hooks import ProbeBug, _version, dtype_name, flatten
+from layerlab.probe.stats import abs_max
 
 MAX_SAMPLES = 4096
 MAX_TENSORS = 4
@@ -79,15 +80,6 @@ class CallSeen:
     grads: Dict[int, Seen] = field(default_factory=dict)   # output slot → the gradient that reached it
 
 
-def abs_max(t: torch.Tensor) -> float:
-    """``max |x|`` (NaN if any element is NaN). ``aminmax`` is one pass and about 10× faster on CPU
-    than ``vector_norm(ord=inf)``, which this runs once per module output."""
-    if t.numel() == 0:
-        return 0.0
-    lo, hi = torch.stack(torch.aminmax(t)).tolist()  # one conversion to Python, not four
-    return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
-
-
 def all_finite(t: torch.Tensor) -> bool:
     """Every element finite? A sum is (one pass, 5× cheaper than ``isfinite(t).all()``) whenever
     every element is; when it is not, ``aminmax`` tells an inf/NaN element from a sum past the
@@ -102,7 +94,13 @@ def finite_amax(t: torch.Tensor) -> float:
 
 
 def _floating(value: Any) -> List[torch.Tensor]:
-    found = [t for _, t in flatten(value) if isinstance(t, torch.Tensor) and t.is_floating_point()
+    if isinstance(value, torch.Tensor):  # the common case, without flattening anything
+        leaves = (value,)
+    elif isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
+        leaves = value  # a module's positional arguments, mostly
+    else:
+        leaves = [t for _, t in flatten(value)]
+    found = [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point()
              and not t.is_nested and t.numel() > 0]
     return found[:MAX_TENSORS]
 
@@ -117,22 +115,27 @@ class Capture:
         measure: note ``max |x|`` of every output (the float32 run: it says what float16 overflows);
             a half run only needs to know whether a tensor is finite.
         named_modules: ``list(model.named_modules())`` when the caller has it.
+        known: :meth:`seen` of an earlier run on the same inputs: a tensor of it that is still the same
+            (the model's own inputs, unchanged: autocast does not cast them) is not looked at again.
     """
 
     def __init__(self, model: torch.nn.Module, *, seed: int, trace: Any = None, measure: bool = True,
-                 named_modules: Optional[List[Tuple[str, torch.nn.Module]]] = None) -> None:
+                 named_modules: Optional[List[Tuple[str, torch.nn.Module]]] = None,
+                 known: Optional[Dict[int, tuple]] = None) -> None:
         from layerlab.probe.ops import library_class
 
         self.model = model
         self.seed = seed
         self.measure = measure
         self._named_modules = named_modules
-        self._memo: Dict[int, tuple] = {}
+        self._memo: Dict[int, tuple] = dict(known) if known else {}  # id → (weakref, _version, Seen)
+        self._memo_data: Dict[tuple, tuple] = {}  # (data_ptr, numel, dtype) of a contiguous tensor → as _memo
+        self._positions: Dict[tuple, Optional[torch.Tensor]] = {}
         self.trace = trace
         self.calls: Dict[Key, CallSeen] = {}
         self.dropped = 0
         self._library = library_class
-        self._names: Dict[int, Tuple[str, int]] = {}
+        self._names: Dict[int, Tuple[str, int, str, bool]] = {}  # id → path, depth, class, library
         self._counts: Dict[int, int] = {}
         self._stack: List[Key] = []
         self._handles: list = []
@@ -142,7 +145,8 @@ class Capture:
     def __enter__(self) -> "Capture":
         named = self._named_modules if self._named_modules is not None else self.model.named_modules()
         for path, module in named:
-            self._names[id(module)] = (path, path.count(".") + 1 if path else 0)
+            self._names[id(module)] = (path, path.count(".") + 1 if path else 0, type(module).__name__,
+                                       self._library(type(module)))
             self._handles.append(module.register_forward_pre_hook(self._pre))
             self._handles.append(module.register_forward_hook(self._post))
         return self
@@ -158,6 +162,11 @@ class Capture:
             handle.remove()
         self._handles.clear()
         self._grad_handles.clear()
+
+    def seen(self) -> Dict[int, tuple]:
+        """The tensors looked at, by ``id``, as a later run's ``known`` (weak references: a tensor
+        that has died since, or whose ``id`` was reused, is never taken for another)."""
+        return self._memo
 
     # -- sampling --------------------------------------------------------------------------------
     def _index(self, numel: int, device: torch.device) -> Optional[torch.Tensor]:
@@ -176,29 +185,41 @@ class Capture:
 
     def _see(self, t: torch.Tensor, grad: bool = False, measure: bool = False) -> Seen:
         """Sample ``t`` and say whether it is finite; ``measure``: also its ``max |x|`` (only the
-        float32 run's outputs need it). A tensor seen before (a module's input is mostly the
-        previous one's output: same object, same ``_version``) is looked at once."""
-        if not grad:
-            memo = self._memo.get(id(t))
-            if memo is not None and memo[0]() is t and memo[1] == _version(t) and \
-                    (memo[2].amax is not None or not measure):
+        float32 run's outputs need it). A tensor seen before is looked at once: the same object
+        (a module's input is mostly the previous one's output), or a contiguous view of the same
+        elements (``Flatten``'s output and its gradient), alive and with the same ``_version``."""
+        contiguous = t.is_contiguous()
+        data_key = (t.data_ptr(), t.numel(), t.dtype) if contiguous else None
+        memo = self._memo.get(id(t)) if not grad else None
+        if memo is None and data_key is not None:
+            memo = self._memo_data.get(data_key)
+        if memo is not None:
+            seen_t = memo[0]()
+            if seen_t is not None and (seen_t is t or seen_t.data_ptr() == data_key[0]) \
+                    and memo[1] == _version(t) and (memo[2].amax is not None or not measure):
                 return memo[2]
         d = t.detach()
-        idx = self._index(d.numel(), d.device)
-        if idx is None:
+        numel = d.numel()
+        if numel <= MAX_SAMPLES:
             sample = d.reshape(-1).float()
             sample = sample.clone() if sample.data_ptr() == d.data_ptr() else sample  # a view: keep a copy
         else:
-            sample = (d.view(-1).index_select(0, idx) if d.is_contiguous() else torch.take(d, idx)).float()
+            idx = self._positions.get((numel, d.device))
+            if idx is None:
+                idx = self._positions[(numel, d.device)] = self._index(numel, d.device)
+            sample = (d.view(-1).index_select(0, idx) if contiguous else torch.take(d, idx)).float()
         if measure:
             amax = abs_max(d)
             finite = math.isfinite(amax)  # inf or NaN when any element is
             amax = amax if finite else finite_amax(d)
         else:
             amax, finite = None, all_finite(d)
-        seen = Seen(sample=sample, numel=d.numel(), dtype=dtype_name(d.dtype), amax=amax, finite=finite)
+        seen = Seen(sample=sample, numel=numel, dtype=dtype_name(d.dtype), amax=amax, finite=finite)
+        entry = (weakref.ref(t), _version(t), seen)
         if not grad:
-            self._memo[id(t)] = (weakref.ref(t), _version(t), seen)
+            self._memo[id(t)] = entry
+        if data_key is not None:
+            self._memo_data[data_key] = entry
         return seen
 
     # -- hooks -----------------------------------------------------------------------------------
@@ -207,7 +228,7 @@ class Capture:
         if trace is not None:
             trace.paused += 1
         try:
-            path, depth = self._names[id(module)]
+            path, depth, class_name, library = self._names[id(module)]
             count = self._counts[id(module)] = self._counts.get(id(module), 0) + 1
             key = (path, count)
             parent = self._stack[-1] if self._stack else None
@@ -215,10 +236,9 @@ class Capture:
             if len(self.calls) >= MAX_CALLS:
                 self.dropped += 1
                 return
-            seen = CallSeen(key=key, class_name=type(module).__name__, depth=depth, order=len(self.calls),
-                            parent=parent, library=self._library(type(module)))
-            with torch.no_grad():
-                seen.inputs = [self._see(t) for t in _floating(args)]
+            seen = CallSeen(key=key, class_name=class_name, depth=depth, order=len(self.calls),
+                            parent=parent, library=library)
+            seen.inputs = [self._see(t) for t in _floating(args)]  # detached: no graph, no no_grad needed
             self.calls[key] = seen
         except Exception as exc:  # pragma: no cover - a bug in layerlab, not in the model
             raise ProbeBug(exc) from exc
@@ -238,8 +258,7 @@ class Capture:
             if seen is None:
                 return
             outs = _floating(output)
-            with torch.no_grad():
-                seen.outputs = [self._see(t, measure=self.measure) for t in outs]
+            seen.outputs = [self._see(t, measure=self.measure) for t in outs]
             for i, t in enumerate(outs):
                 if t.requires_grad:
                     self._grad_handles.append(t.register_hook(functools.partial(self._on_grad, key, i)))
@@ -252,7 +271,6 @@ class Capture:
     def _on_grad(self, key: Key, slot: int, grad: torch.Tensor) -> None:
         try:
             if grad is not None and grad.is_floating_point() and not grad.is_nested:
-                with torch.no_grad():
-                    self.calls[key].grads[slot] = self._see(grad, grad=True)
+                self.calls[key].grads[slot] = self._see(grad, grad=True)
         except Exception as exc:  # pragma: no cover - a bug in layerlab, not in the model
             raise ProbeBug(exc) from exc

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from layerlab.mixed.capture import Key, Seen
-from layerlab.mixed.dtypes import FP16_TINY
+from layerlab.mixed.dtypes import FP16_TINY, UNDERFLOW_FRACTION
 from layerlab.mixed.report import ModuleRow, ParamRow
 from layerlab.mixed.runs import OpSeen, RunResult
 
@@ -78,23 +78,42 @@ def _worst(pairs: Sequence[tuple], errors: Optional[Dict[tuple, Optional[float]]
 
 
 def params(ref: RunResult, run: RunResult) -> List[ParamRow]:
-    """Per trainable parameter: gradient error, and the share of its norm underflowed to exactly 0
-    in this run (elements non-zero and below 2⁻¹⁴ in float32, the range where float16 flushes or
-    loses bits, so a ReLU whose input changed sign by rounding does not count)."""
-    rows = []
+    """Per trainable parameter: gradient error, and in a float16 run the share of its norm
+    underflowed to exactly 0 (elements non-zero and below 2⁻¹⁴ in float32, the range where float16
+    flushes or loses bits, so a ReLU whose input changed sign by rounding does not count).
+    bfloat16 has float32's exponent range: nothing underflows there, and the share is not measured."""
+    underflow = run.setting.dtype == "float16"
     negligible = negligible_grads(ref)
     sums = grad_sums(ref)
+    rows: List[ParamRow] = []
+    measured = []  # (row, g, g_ref, ‖g_ref‖)
     for name, g_ref in ref.grads.items():
         g = run.grads.get(name)
         if g_ref is None or g is None:
             continue
-        if name in negligible:
-            rows.append(ParamRow(name=name, error=None, negligible=True))
-            continue
-        total = sums[name][1] if name in sums else 0.0
-        error, zeroed = _grad_error(g, g_ref, total)
-        rows.append(ParamRow(name=name, error=error, zeroed=zeroed))
+        row = ParamRow(name=name, error=None, negligible=name in negligible, zeroed=0.0 if underflow else None)
+        rows.append(row)
+        if not row.negligible:
+            measured.append((row, g, g_ref, sums[name][1] if name in sums else 0.0))
+    if underflow:
+        for row, g, g_ref, total in measured:
+            row.error, row.zeroed = _grad_error(g, g_ref, total)
+        return rows
+    # one fused subtraction and one fused norm for all of them (torch's foreach ops: on CPU the same
+    # per-tensor kernels, without a Python round trip per parameter)
+    diffs = _norms(torch._foreach_sub([g.detach().float() for _, g, _, _ in measured],
+                                      [g_ref for _, _, g_ref, _ in measured])) if measured else []
+    for (row, g, g_ref, total), diff in zip(measured, diffs):
+        if math.isfinite(diff) and math.isfinite(total) and total > _SMALL:
+            row.error = _ratio(diff, total)
+        else:
+            row.error = tensor_error(g, g_ref)
     return rows
+
+
+def _norms(tensors: List[torch.Tensor]) -> List[float]:
+    """float32 L2 norms of many tensors, in one fused call and one conversion."""
+    return torch.stack(torch._foreach_norm(tensors)).tolist() if tensors else []
 
 
 #: Below this norm (or when anything is not finite) a float32 sum of squares may underflow or
@@ -143,15 +162,19 @@ FLUSHED = 2.0 ** -25
 
 def grad_sums(ref: RunResult) -> Dict[str, tuple]:
     """Per float32 parameter gradient: ``(numel, ‖g‖, ‖g[|g| < 2⁻²⁵]‖)``, computed once per run
-    (float32 norms, as the forecast and the noise test have always used)."""
+    (float32 norms, as the forecast and the noise test have always used).
+
+    The third is ``None`` where it cannot reach UNDERFLOW_FRACTION of ‖g‖: n elements below 2⁻²⁵
+    have a norm below 2⁻²⁵·√n, so a gradient whose norm is over 2⁻²⁵·√n / UNDERFLOW_FRACTION
+    needs no second look (almost every one: it saves three passes over each gradient)."""
     if ref.grad_sums is None:
+        grads = {name: g.detach().float() for name, g in ref.grads.items() if g is not None and g.numel()}
         found = {}
-        for name, g in ref.grads.items():
-            if g is not None and g.numel():
-                g = g.detach().float()
-                norms = torch.stack([torch.linalg.vector_norm(g),
-                                     torch.linalg.vector_norm(torch.where(g.abs() < FLUSHED, g, 0.0))]).tolist()
-                found[name] = (g.numel(), *norms)
+        for (name, g), norm in zip(grads.items(), _norms(list(grads.values()))):
+            flushed = None
+            if not (norm > FLUSHED * math.sqrt(g.numel()) / UNDERFLOW_FRACTION):  # NaN: measured too
+                flushed = float(torch.linalg.vector_norm(torch.where(g.abs() < FLUSHED, g, 0.0)))
+            found[name] = (g.numel(), norm, flushed)
         ref.grad_sums = found
     return ref.grad_sums
 
@@ -167,9 +190,10 @@ def negligible_grads(ref: RunResult) -> set:
 
 
 def flushed_share(ref: RunResult, name: str) -> float:
-    """``‖g[|g| < 2⁻²⁵]‖ / ‖g‖`` of a float32 gradient: how much of it float16 flushes to 0."""
+    """``‖g[|g| < 2⁻²⁵]‖ / ‖g‖`` of a float32 gradient: how much of it float16 flushes to 0
+    (0.0 where :func:`grad_sums` showed it is below UNDERFLOW_FRACTION without measuring it)."""
     found = grad_sums(ref).get(name)
-    if found is None or found[1] == 0.0 or not math.isfinite(found[1]):
+    if found is None or found[2] is None or found[1] == 0.0 or not math.isfinite(found[1]):
         return 0.0
     return found[2] / found[1]
 

@@ -64,13 +64,14 @@ class ModuleRow:
 class ParamRow:
     """One trainable parameter's gradient in one run: ``error`` vs float32; ``zeroed``: the share
     of the float32 gradient's norm carried by elements that are exactly 0 here (underflow: only
-    elements below 2⁻¹⁴ in float32 count, so a ReLU flipped by rounding is not underflow).
+    elements below 2⁻¹⁴ in float32 count, so a ReLU flipped by rounding is not underflow); ``None``
+    in a bfloat16 run, which has float32's exponent range (not measured: nothing underflows there).
     ``negligible``: the float32 gradient is rounding noise around an exact zero (its RMS below
     1e-5 of the median parameter's): not compared (``error`` is ``None``)."""
 
     name: str
     error: Optional[float]
-    zeroed: float = 0.0
+    zeroed: Optional[float] = 0.0
     negligible: bool = False
 
 

@@ -92,6 +92,7 @@ class RunResult:
     raised: Optional[BaseException] = None
     seconds: float = 0.0
     grad_sums: Optional[Dict[str, tuple]] = None  # per gradient sums, filled once (compare.grad_sums)
+    seen: Dict[int, tuple] = field(default_factory=dict)  # the capture's tensors seen (Capture.known)
 
 
 class RangeTrace(OpTrace):
@@ -172,7 +173,7 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
         recorder = Recorder(model, stats=False, grads=False)
         trace = recorder.trace = RangeTrace(recorder, measure=reference is None)
     capture = Capture(model, seed=seed, trace=trace, measure=reference is None,  # max |x|: float32's only
-                      named_modules=named_modules)
+                      named_modules=named_modules, known=reference.seen if reference is not None else None)
     autocast = torch.autocast(device.type, dtype=dtype) if setting.kind == "autocast" else contextlib.nullcontext()
     try:
         with torch.random.fork_rng(devices=rng_devices):
@@ -195,7 +196,8 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
                 raise OutputsDiffer(f"outputs {result.out_shapes} here, {reference.out_shapes} in float32")
         if outs and named:
             scale = setting.grad_scale or 1.0
-            grad_outputs = [(r * scale).to(o.dtype) for r, o in zip(result.projections, outs)]
+            grad_outputs = [(r * scale if setting.grad_scale else r).to(o.dtype)  # no copy where nothing scales
+                            for r, o in zip(result.projections, outs)]
             grads = torch.autograd.grad(outs, [p for _, p in named], grad_outputs=grad_outputs, allow_unused=True)
             if setting.grad_scale:
                 result.found_inf = any(g is not None and not bool(torch.isfinite(g).all()) for g in grads)
@@ -208,6 +210,7 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
     finally:
         capture.remove()
     result.calls = capture.calls
+    result.seen = capture.seen()
     result.dropped_calls = capture.dropped
     if trace is None:
         return

@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_inspect.py            # all three, default repeats
     python tests/benchmarks/bench_inspect.py --repeats 30 --models cnn lstm
+    python tests/benchmarks/bench_inspect.py --models cnn --floor --mem-repeats 0 --no-meta
 
 Models (train mode, float32, CPU unless --device):
 
@@ -16,6 +17,10 @@ Models (train mode, float32, CPU unless --device):
                transpose, q @ kᵀ, masked_fill, softmax in the model's code), input 8×128×256: the
                three above are torch.nn modules, whose internal ops ``--ops`` does not record, so
                this one measures the op trace where it has work to do
+
+"floor" (``--floor``) is plain plus bare torch hooks that take the default report's numbers at
+the least cost and nothing else (see ``Floor``): floor ÷ plain is what the statistics themselves
+cost, and inspect ÷ floor is layerlab's own cost on top (bookkeeping, formula checks, report).
 
 "inspect --ops" is ``layerlab.inspect(model, x, ops=True)``: the same, plus the op trace
 (:mod:`layerlab.probe.ops`). Its time is measured in the same interleaved loop (target ≤ 2×), on
@@ -132,6 +137,41 @@ class Plain:
         torch.autograd.backward(outs, self.grads)
 
 
+class Floor(Plain):
+    """Plain, plus what the default report's numbers cost at the least, with no layerlab code:
+    torch hooks on every module that take, once per distinct floating output, its sum, ‖x‖ (a
+    ``dot``), min and max (one ``aminmax``) and its count of non-zeros (``count_nonzero`` of the
+    integer bits), and ‖g‖ of each output's gradient (a ``dot``). inspect ÷ floor is layerlab's own
+    cost beyond these reductions (hooks' bookkeeping, formula checks, the report)."""
+
+    def __call__(self):
+        seen, handles = set(), []
+
+        def post(module, args, output):
+            for t in _flat(output):
+                if not t.is_floating_point() or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                flat = t.detach().reshape(-1)
+                float(flat.sum()), float(torch.dot(flat, flat))
+                torch.stack(torch.aminmax(flat)).tolist()
+                int(torch.count_nonzero(flat.view(torch.int32)))
+                if t.requires_grad:
+                    handles.append(t.register_hook(_grad_norm))
+
+        handles += [m.register_forward_hook(post) for m in self.model.modules()]
+        try:
+            super().__call__()
+        finally:
+            for h in handles:
+                h.remove()
+
+
+def _grad_norm(g) -> None:
+    flat = g.reshape(-1)
+    float(torch.dot(flat, flat))
+
+
 def run_inspect(model, x, ops: bool = False):
     import layerlab
 
@@ -148,12 +188,14 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_model(name: str, repeats: int, device: str, ops: bool = True) -> dict:
+def time_model(name: str, repeats: int, device: str, ops: bool = True, floor: bool = False) -> dict:
     torch.manual_seed(0)
     model, x = make_model(name)
     model, x = model.to(device), x.to(device)
     plain = Plain(model, x)
     variants = {"plain": plain, "inspect": lambda: run_inspect(model, x)}
+    if floor:
+        variants["floor"] = Floor(model, x)
     if ops:
         variants["ops"] = lambda: run_inspect(model, x, ops=True)
     for fn in variants.values():  # warm-up: allocator, oneDNN primitives, autograd threads
@@ -176,7 +218,8 @@ def time_model(name: str, repeats: int, device: str, ops: bool = True) -> dict:
     nan = float("nan")
     return {"plain_s": med["plain"], "inspect_s": med["inspect"], "time_ratio": med["inspect"] / med["plain"],
             "cpu_ratio": med_cpu["inspect"] / med_cpu["plain"], "ops_s": med.get("ops", nan),
-            "ops_ratio": med.get("ops", nan) / med["plain"]}
+            "ops_ratio": med.get("ops", nan) / med["plain"], "floor_ratio": med.get("floor", nan) / med["plain"],
+            "over_floor": med["inspect"] / med.get("floor", nan)}
 
 
 # -- memory (run in a fresh subprocess) ---------------------------------------------------------
@@ -279,6 +322,8 @@ def main(argv=None) -> int:
                         default=["cnn", "transformer", "lstm", "minigpt", "resnet18", "mobilenet", "gpt2"])
     parser.add_argument("--no-meta", action="store_true", help="skip the inspect --meta 7B line")
     parser.add_argument("--ops", action="store_true", help="time --ops on every model (default: the small four)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the floor: plain + bare torch hooks taking the report's reductions (see Floor)")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--mem-repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
@@ -297,7 +342,7 @@ def main(argv=None) -> int:
     print(header)
     print("-" * len(header))
     for name in args.models:
-        t = time_model(name, args.repeats, args.device, ops=args.ops or name in OPS_MODELS)
+        t = time_model(name, args.repeats, args.device, ops=args.ops or name in OPS_MODELS, floor=args.floor)
         ops = (f"{1e3 * t['ops_s']:9.1f} {t['ops_ratio']:8.3f}" if t["ops_s"] == t["ops_s"]
                else f"{'—':>9} {'—':>8}")
         if args.mem_repeats:
@@ -307,6 +352,9 @@ def main(argv=None) -> int:
             mem = f"{'—':>9} {'—':>11} {'—':>6}"
         print(f"{name:<12} {1e3 * t['plain_s']:9.1f} {1e3 * t['inspect_s']:11.1f} {t['time_ratio']:7.3f} "
               f"{t['cpu_ratio']:6.3f} {ops} {mem}", flush=True)
+        if args.floor:
+            print(f"{'':<12} floor (plain + the reductions alone) {t['floor_ratio']:.3f} × plain; "
+                  f"inspect {t['over_floor']:.3f} × floor", flush=True)
     print("targets: time × ≤ 1.2 (mobilenet ≤ 1.5), --ops × ≤ 2, mem × ≤ 1.1")
     if not args.no_meta:
         print(meta_7b(), flush=True)

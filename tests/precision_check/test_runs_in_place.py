@@ -184,3 +184,92 @@ def test_batched_relative_errors_equal_the_pair_by_pair_ones():
     x, y = halves[0].sample.double(), refs[0].sample.double()
     assert abs(batched[(id(halves[0]), id(refs[0]))] - float((x - y).norm() / y.norm())) < 1e-12
     assert batched[(id(halves[-1]), id(refs[-1]))] == float("inf")
+
+
+def test_abs_max_from_the_bits_equals_torch_on_every_sign_nan_and_inf_mix():
+    """``stats.abs_max`` reads max |x| off integer bits where one sign is set: every combination of
+    ±0, ±1.5/2.5, ±inf, ±NaN, subnormals and large values, in four dtypes, against float64 torch."""
+    import itertools
+
+    from layerlab.probe.stats import abs_max
+
+    values = [0.0, -0.0, 1.5, -2.5, math.inf, -math.inf, math.nan, -math.nan, 1e-40, -1e-40, 65504.0, 3e38]
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        for k in (1, 2, 3):
+            for combo in itertools.product(values, repeat=k):
+                t = torch.tensor(combo, dtype=torch.float64).to(dtype)
+                wide = t.double()
+                want = math.nan if bool(torch.isnan(wide).any()) else float(wide.abs().max())
+                got = abs_max(t)
+                assert (math.isnan(got) and math.isnan(want)) or got == want, (dtype, combo, got, want)
+        torch.manual_seed(0)
+        x = (torch.randn(64, 33) * 10).to(dtype)
+        for t in (x, torch.relu(x), -torch.relu(x), x.t()):  # mixed signs, one sign, non-contiguous
+            assert abs_max(t) == float(t.double().abs().max())
+    assert abs_max(torch.empty(0)) == 0.0
+
+
+def test_the_underflow_share_is_measured_wherever_it_could_reach_the_bar():
+    """grad_sums skips the flushed norm only where ‖g‖ > 2⁻²⁵·√n / 1 %, which bounds the share below 1 %;
+    a gradient made mostly of values below 2⁻²⁵ is measured, and equals the direct computation."""
+    from layerlab.mixed.compare import FLUSHED, flushed_share, grad_sums
+    from layerlab.mixed.dtypes import UNDERFLOW_FRACTION
+
+    ref = runs.RunResult(setting=runs.FLOAT32)
+    tiny = torch.full((1000,), FLUSHED / 2)
+    tiny[:3] = 1e-7  # a few elements above the flush line: share = ‖tiny part‖ / ‖g‖ ≈ 0.9
+    big = torch.randn(1000)
+    ref.grads = {"tiny": tiny, "big": big}
+    sums = grad_sums(ref)
+    direct = float(torch.linalg.vector_norm(torch.where(tiny.abs() < FLUSHED, tiny, 0.0)) / torch.linalg.vector_norm(tiny))
+    assert sums["tiny"][2] is not None and flushed_share(ref, "tiny") == pytest.approx(direct, rel=1e-6)
+    assert direct > UNDERFLOW_FRACTION
+    assert sums["big"][2] is None and flushed_share(ref, "big") == 0.0
+    # the bound that let it skip: no split of n elements below 2⁻²⁵ can carry 1 % of this norm
+    assert FLUSHED * math.sqrt(big.numel()) < UNDERFLOW_FRACTION * float(torch.linalg.vector_norm(big))
+
+
+def test_a_view_of_a_tensor_already_seen_gets_the_same_samples_and_a_mutated_one_does_not():
+    """Flatten's output (a view of the pool's) is looked at once; after an in-place change the
+    same memory is looked at again (its version moved)."""
+    from layerlab.mixed.capture import Capture
+
+    capture = Capture(nn.Identity(), seed=0)
+    x = torch.randn(8, 16, 16, 16)
+    first = capture._see(x, measure=True)
+    flat = x.flatten(1)
+    assert capture._see(flat, measure=True) is first  # same elements in the same order
+    x.mul_(1e6)  # in place: the view shares the version counter
+    again = capture._see(flat, measure=True)
+    assert again is not first and again.amax == pytest.approx(first.amax * 1e6, rel=1e-6)
+    assert torch.equal(again.sample, first.sample * 1e6)
+    strided = x[:, ::2]  # not contiguous: never matched by memory
+    assert capture._see(strided) is not again
+
+
+def test_an_input_the_half_run_shares_is_looked_at_once_and_only_while_unchanged():
+    """The autocast run reuses the float32 run's look at the model's own inputs (the same tensors,
+    unchanged); an input the model changes in place is looked at again."""
+    torch.manual_seed(0)
+    model, x = _conv_bn()
+    ref = runs.run(model, [_arg(x)], runs.FLOAT32, seed=0)
+    half = runs.run(model, [_arg(x)], runs.Setting("autocast", "bfloat16"), seed=0, reference=ref)
+    key = ("", 1)
+    assert half.calls[key].inputs[0] is ref.calls[key].inputs[0]
+
+    class Scales(nn.Module):  # changes its input in place: a user-written forward, run on a copy
+        def forward(self, x):
+            return x.mul_(2.0)
+
+    y = torch.randn(4, 3)
+    ref = runs.run(Scales(), [_arg(y)], runs.FLOAT32, seed=0)
+    before = ref.calls[key].inputs[0]
+    half = runs.run(Scales(), [_arg(y)], runs.Setting("autocast", "bfloat16"), seed=0, reference=ref)
+    seen = half.calls[key].inputs[0]
+    assert seen is not before and torch.equal(seen.sample, before.sample * 2)
+
+
+def _arg(value):
+    from layerlab.target.bind import Arg
+
+    return Arg(name="input", value=value)
