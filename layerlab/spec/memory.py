@@ -89,7 +89,7 @@ def check_model_fits(spec: Spec, build_meta: Callable[[], Any], inputs: int, fre
     est = Estimate(inputs=inputs)
     if free is None:
         return est
-    meta = _meta_model(build_meta, spec.dtype)
+    meta = _without_dynamo(_meta_model, build_meta, spec.dtype)
     if meta is None:
         return est
     est.params = _param_bytes(meta)
@@ -105,7 +105,7 @@ def check_model_fits(spec: Spec, build_meta: Callable[[], Any], inputs: int, fre
         )
     if str(spec.device).split(":")[0] != "cpu":
         return est
-    largest = _largest_intermediate(meta, spec)
+    largest = _without_dynamo(_largest_intermediate, meta, spec)
     if largest is not None:
         est.largest, est.largest_op = largest
         if est.total > free:
@@ -119,6 +119,19 @@ def check_model_fits(spec: Spec, build_meta: Callable[[], Any], inputs: int, fre
                 hint="use smaller input sizes (sequence length, image size, batch)",
             )
     return est
+
+
+def _without_dynamo(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with torch's meta kernels kept from importing ``torch._dynamo`` (see
+    :mod:`layerlab.spec.dynamo_stub`); once more the ordinary way when that gave no answer (a torch
+    path needing more of dynamo than the stand-in has fails, and is then retried, not skipped)."""
+    from layerlab.spec.dynamo_stub import no_dynamo_import
+
+    with no_dynamo_import() as stood_in:
+        found = fn(*args)
+    if found is None and stood_in:
+        found = fn(*args)
+    return found
 
 
 def _meta_model(build_meta: Callable[[], Any], dtype: str):
