@@ -15,9 +15,12 @@ What it records, and why each one can change a result::
     deterministic                             torch.use_deterministic_algorithms and cuDNN's settings
     spec                                      the spec file's path as given and the sha256 of its bytes
     target, command                           what was named, and the command line
+    layers                                    for ``--all``: the registry layers run, in order
 
 Fields nobody can know are ``null``: ``seed``/``dtype``/``spec`` for ``list`` and ``explain-shape``
-(no model), ``threads``/``deterministic`` when the command never loaded torch. This module never
+(no model), ``threads``/``deterministic`` when the command never loaded torch. A ``--all`` run
+(``gradcheck --all``, ``export-check --all``) records its seed, ``target: "--all"`` and ``layers``;
+it has no spec file (``spec: null``) and no one dtype (each layer has its own). This module never
 imports torch: ``explain-shape`` and ``--help`` stay torch-free, so the torch version then comes
 from the installed package's metadata (the same string as ``torch.__version__``).
 
@@ -36,7 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from layerlab._version import __version__
 
-__all__ = ["MANIFEST_SCHEMA", "manifest", "cli_manifest", "begin_run", "remember_target"]
+__all__ = ["MANIFEST_SCHEMA", "manifest", "cli_manifest", "begin_run", "remember_target", "remember_selection"]
 
 #: Bumped only when a manifest key is removed or changes meaning.
 MANIFEST_SCHEMA = 1
@@ -49,6 +52,7 @@ class _Run:
 
     argv: Optional[List[str]] = None
     targets: List[Dict[str, Any]] = field(default_factory=list)
+    selection: Optional[Dict[str, Any]] = None
 
 
 _RUN = _Run()
@@ -72,6 +76,13 @@ def remember_target(text: str, target: Any) -> None:
     })
 
 
+def remember_selection(named: str, layers: Sequence[str], seed: int, device: Any = None) -> None:
+    """Record a run over many registry layers (``--all``): what was named, the layers in the order
+    they ran, the seed every one was built with and, when the command set one, the device."""
+    _RUN.selection = {"target": named, "layers": list(layers), "seed": seed,
+                      "device": str(device) if device is not None else None}
+
+
 def spec_facts(path: Any) -> Optional[Dict[str, str]]:
     """``{"path": as given, "sha256": of the file's bytes}``; ``None`` when it cannot be read."""
     try:
@@ -85,9 +96,12 @@ def cli_manifest() -> Dict[str, Any]:
     """The manifest of the command now running (what :func:`remember_target` recorded)."""
     targets = _RUN.targets
     first = targets[0] if targets else {}
-    m = _environment(device=first.get("device"))
-    m.update(dtype=first.get("dtype"), seed=first.get("seed"), spec=first.get("spec"),
-             target=first.get("target"), command=list(_RUN.argv or ["layerlab", *sys.argv[1:]]))
+    chosen = _RUN.selection or {}
+    m = _environment(device=first.get("device", chosen.get("device")))
+    m.update(dtype=first.get("dtype"), seed=first.get("seed", chosen.get("seed")), spec=first.get("spec"),
+             target=first.get("target", chosen.get("target")), command=list(_RUN.argv or ["layerlab", *sys.argv[1:]]))
+    if chosen:
+        m["layers"] = list(chosen["layers"])
     if len({t["target"] for t in targets}) > 1:  # a command that built several: all of them, in order
         m["targets"] = [dict(t) for t in targets]
     return m

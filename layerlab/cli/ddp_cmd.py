@@ -63,15 +63,15 @@ def command(
     from layerlab.distributed import torchrun
 
     out = Output(json_mode=json or ranks_json)
+    device_of(device)
+    if nproc is not None:  # before the fork server below: a bad option starts no process at all
+        ddp_options.check_nproc(nproc)
+    if timeout is not None:
+        ddp_options.check_timeout(timeout)
     if torchrun.environment() is None:
         from layerlab.distributed.launch import prestart
 
         prestart()  # the ranks' imports run while this process builds the spec
-    device_of(device)
-    if nproc is not None:
-        ddp_options.check_nproc(nproc)
-    if timeout is not None:
-        ddp_options.check_timeout(timeout)
     resolved = resolve(target, options=overrides(device=device, dtype=dtype, seed=seed, mode=mode,
                                                  input_shape=input_shape),
                        allow_import=allow_import, reference=False)

@@ -72,9 +72,14 @@ def command(
     from layerlab.cli.progress import steps
 
     if all_layers:
+        from layerlab import registry
+        from layerlab.run_manifest import remember_selection
+
+        names = registry.names()
+        remember_selection("--all", names, seed or 0, dev)  # --json manifest: no spec file; seed, layers
         with steps(out.err, "export-check", json_mode=out.json_mode) as advance:
-            matrix = check_all(paths=selected, compile_backend=compile_backend, seed=seed or 0, progress=advance,
-                               device=dev)
+            matrix = check_all(names, paths=selected, compile_backend=compile_backend, seed=seed or 0,
+                               progress=advance, device=dev)
         if out.json_mode:
             out.json(matrix)
         else:

@@ -101,6 +101,9 @@ def _run_all(out, *, deep: bool, seed: int, only, slow_cap: int, verbose: bool, 
 
     names = registry.names()
     from layerlab.cli.progress import steps
+    from layerlab.run_manifest import remember_selection
+
+    remember_selection("--all", names, seed)  # the --json manifest: no spec file, but the seed and the layers
 
     with steps(out.err, "gradcheck", json_mode=out.json_mode) as advance:
         matrix = verify_all(names, deep=deep, seed=seed, only=only, slow_cap=slow_cap, progress=advance,

@@ -96,6 +96,7 @@ def command(
 
     if not meta:  # --meta runs on meta twins of the model on purpose
         check_not_meta(target.module, target.values(), where=f"{target.name} (device: meta)")
+    other = inspect_plot.compare_target(compare, options, allow_import) if compare else None  # refused before any run
 
     from layerlab.probe.run import inspect
 
@@ -106,8 +107,7 @@ def command(
         probes=_probes(target, probe, allow_import, steps=steps, histograms=plot_histograms),
     )
     out = Output(json_mode=json, record=bool(svg or html))
-    compared = inspect_plot.run_compare(compare, options, allow_import, ops, fix, out) \
-        if compare else None
+    compared = inspect_plot.run_compare(other, compare, ops, fix, out) if other is not None else None
     pictures = inspect_plot.draw(report, inspect_plot.label_of(target, spec), plot, plot_histograms, compared, out,
                                  inline=bool(html) and not json)
     if json:

@@ -68,18 +68,31 @@ def label_of(target: Any, spec: str) -> str:
     return clean_text(target.title or spec)
 
 
-def run_compare(compare: str, options: Any, allow_import: bool, ops: bool, fix: bool, out: Any) -> Tuple[str, Any]:
-    """Inspect SPEC2 as SPEC was (its own spec, the same command-line options); ``(label, report)``.
+def compare_target(compare: str, options: Any, allow_import: bool) -> Any:
+    """SPEC2 built and checked as SPEC is, before either runs: a bad spec, or a bad ``probes:`` section
+    (an unknown probe, a wrong type, an import without ``--allow-import``), is refused (exit 2) with
+    SPEC2's ``file:line:col`` rather than ignored.
 
     Built with :func:`layerlab.target.build.resolve` rather than the CLI's ``resolve``, so that the
-    ``--json`` manifest keeps recording SPEC, the run it reports.
+    ``--json`` manifest keeps recording SPEC, the run it reports. SPEC2's probes are checked, not run:
+    the chart draws gradient norms and output statistics, which no probe changes.
     """
     from layerlab.arguments import check_not_meta
-    from layerlab.probe.run import inspect
     from layerlab.target.build import resolve
 
     target = resolve(compare, overrides=options, allow_import=allow_import, reference=False)
+    if "probes" in target.sections:
+        from layerlab.probe.probes.spec import from_section
+
+        from_section(target.sections["probes"], target.marks, allow_import, target.base_dir)
     check_not_meta(target.module, target.values(), where=f"{target.name} (device: meta)")
+    return target
+
+
+def run_compare(target: Any, compare: str, ops: bool, fix: bool, out: Any) -> Tuple[str, Any]:
+    """Inspect SPEC2 (built by :func:`compare_target`) as SPEC was; ``(label, report)``."""
+    from layerlab.probe.run import inspect
+
     pos, kw = target.split()
     report = inspect(target.module, *pos, backward=target.backward, seed=target.seed, mode=target.mode,
                      forward_kwargs=kw, ops=ops, fix=fix)

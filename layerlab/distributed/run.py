@@ -80,12 +80,17 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
         **kwargs: keyword forward arguments.
     """
     from layerlab.distributed.options import from_section
+    from layerlab.spec import Overrides
     from layerlab.target.build import from_spec
     from layerlab.target.core import from_module
 
     from layerlab.distributed import launch, torchrun
 
     _refuse_in_a_starting_rank()
+    if nproc is not None:  # before the fork server below: a bad argument starts no process at all
+        check_nproc(nproc, "nproc")
+    if timeout is not None:
+        check_timeout(timeout, "timeout")
     if torchrun.environment() is None:
         launch.prestart()  # the ranks' imports overlap building the model and the single-process runs
     given = dict(nproc=nproc, loss=loss, find_unused_parameters=find_unused_parameters,
@@ -95,7 +100,7 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
             raise UsageError("a spec brings its own inputs", where="inputs", hint="ddp_check('model.yaml', nproc=2)")
         target = from_spec(str(model), seed=seed, allow_import=allow_import, reference=False)
         options = from_section(target.sections.get("ddp"), target.marks).with_(**given)
-        return check_target(target, SpecBuild(str(model), _seed_only(seed), allow_import), options,
+        return check_target(target, SpecBuild(str(model), Overrides(seed=seed), allow_import), options,
                             allow_import=allow_import)
     if isinstance(model, torch.nn.Module):
         module, build = model, None
@@ -120,12 +125,6 @@ def _refuse_in_a_starting_rank() -> None:
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a child bootstraps
         sys.exit("error: layerlab.ddp_check was called while a rank imported the main script: put the call under "
                  "if __name__ == '__main__':")
-
-
-def _seed_only(seed: int):
-    from layerlab.spec import Overrides
-
-    return Overrides(seed=seed)
 
 
 def _check_picklable(obj: Any) -> None:

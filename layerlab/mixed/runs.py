@@ -45,6 +45,7 @@ from layerlab.probe.backward import differentiable_outputs, random_projection
 from layerlab.probe.hooks import ProbeBug, Recorder
 from layerlab.probe.ops import OpTrace
 from layerlab.probe.report import OpRecord
+from layerlab.target.seeding import seed_generators
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
         # Materialise lazy parameters first, in float32 with the run's seed (every copy gets the same
         # weights), outside the trace: the op trace cannot describe an uninitialised parameter.
         with torch.no_grad(), torch.random.fork_rng(devices=rng_devices):
-            _seed(seed, rng_devices)
+            seed_generators(seed, rng_devices)  # not torch.manual_seed: see layerlab.target.seeding
             call(model, args)
     if setting.kind == "cast":
         model.to(dtype)
@@ -177,7 +178,7 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
     autocast = torch.autocast(device.type, dtype=dtype) if setting.kind == "autocast" else contextlib.nullcontext()
     try:
         with torch.random.fork_rng(devices=rng_devices):
-            _seed(seed, rng_devices)
+            seed_generators(seed, rng_devices)  # not torch.manual_seed: see layerlab.target.seeding
             if recorder is not None:
                 recorder.install(named_modules)
             try:
@@ -221,14 +222,6 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
             c = recorder.calls[record.call]
             key = (c.path, c.call)
         result.ops.append(OpSeen(record=record, key=key, amax=trace.amax.get(record.index)))
-
-
-def _seed(seed: int, cuda_devices: list) -> None:
-    """What ``torch.manual_seed`` does for the devices this run uses, without its lazy seeding of
-    every other backend (on a CPU-only build that queues a call with its stack trace each time)."""
-    torch.default_generator.manual_seed(seed)
-    if cuda_devices:
-        torch.cuda.manual_seed_all(seed)
 
 
 def library_only(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:

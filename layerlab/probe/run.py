@@ -88,6 +88,7 @@ def inspect(
 
     from layerlab.probe.buffers import SavedBuffers
     from layerlab.probe.hooks import ProbeBug, Recorder
+    from layerlab.target.seeding import seeded
 
     from layerlab.arguments import check_module, check_not_meta, check_seed
 
@@ -126,7 +127,7 @@ def inspect(
         recorder.install(named_modules)
         for probe in probe_list:
             probe.attach(probe_run)
-        with _seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
+        with seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
             start = time.perf_counter()
             try:
                 # on meta, tensors the forward makes without device= are made on meta too, as they
@@ -215,31 +216,6 @@ def _probe_results(report, probe_list, timing) -> None:
             (report.notes if finding.severity == "info" else report.problems).append(finding)
     report.probes = results
     timing["probes_s"] = time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def _seeded(seed: Optional[int], module, values: list):
-    """Run with the global RNG seeded (dropout masks reproducible), then put it back as it was.
-
-    The module's parameters and ``values`` (the inputs) say which CUDA devices' generators to fork
-    too (none to look for while CUDA is not initialised: no tensor can be there).
-    """
-    if seed is None:
-        yield
-        return
-    import torch
-
-    devices = []
-    if torch.cuda.is_initialized():
-        devices = sorted({v.device.index or 0 for v in [*module.parameters(), *values]
-                          if isinstance(v, torch.Tensor) and v.device.type == "cuda"})
-    with torch.random.fork_rng(devices=devices):
-        # not torch.manual_seed: on a CPU-only build it still queues a CUDA seeding with a
-        # formatted stack trace, which costs more than a small model's forward
-        torch.default_generator.manual_seed(seed)
-        for index in devices:
-            torch.cuda.default_generators[index].manual_seed(seed)
-        yield
 
 
 def _mode_name(training_flags) -> str:

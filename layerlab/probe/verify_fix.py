@@ -48,9 +48,9 @@ def traced_forward(model: torch.nn.Module, args: tuple, kwargs: dict, seed: Opti
     """Run ``model(*args, **kwargs)`` with module hooks (no statistics) and the op trace."""
     from layerlab.probe.hooks import ProbeBug, flatten
     from layerlab.probe.ops import tracing
-    from layerlab.probe.run import _seeded
+    from layerlab.target.seeding import seeded
 
-    with _seeded(seed, model, [*args, *kwargs.values()]), tracing(model, substitutions) as (recorder, trace):
+    with seeded(seed, model, [*args, *kwargs.values()]), tracing(model, substitutions) as (recorder, trace):
         try:
             out = model(*args, **kwargs)
         except ProbeBug as bug:

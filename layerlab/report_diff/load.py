@@ -1,8 +1,9 @@
 """Read a report to compare: a JSON file written by ``layerlab … --json``, a dict, or a report object.
 
 Bad input is an error with exit 2 that says which file and what is wrong with it: not a file, not
-JSON (``file:line:col`` of the first bad character), not a layerlab report, or a report written by a
-newer layerlab than this one (its ``schema`` is higher than the one this version reads).
+JSON (``file:line:col`` of the first bad character), not a layerlab report (no ``schema`` number, or
+one below 1, which no layerlab report has), or a report written by a newer layerlab than this one (its
+``schema`` is higher than the one this version reads). A ``manifest`` it carries is checked the same way.
 """
 
 from __future__ import annotations
@@ -93,17 +94,40 @@ def _checked(data: Any, name: str) -> Dict[str, Any]:
         raise ReportError(f"{name} is not a layerlab report (no \"schema\" number)", where=name, expected=_HOW,
                           got=got)
     kind = kind_of(data)
+    if data["schema"] < 1:  # every layerlab report starts at schema 1
+        raise ReportError(f"{name} has \"schema\": {data['schema']}, which no layerlab report has", where=name,
+                          expected="schema ≥ 1", got=data["schema"],
+                          hint="was it edited by hand, or written by another tool? A report is " + _HOW)
     newest = READABLE.get(kind)
     if newest is not None and data["schema"] > newest:
         raise ReportError(f"{name} is a {kind} of schema {data['schema']}, newer than this layerlab reads",
                           where=name, expected=f"schema ≤ {newest}", got=data["schema"],
                           hint="upgrade layerlab to compare it")
-    m = data.get("manifest")
-    if isinstance(m, dict) and isinstance(m.get("schema"), int) and m["schema"] > MANIFEST_SCHEMA_READ:
-        raise ReportError(f"{name} has a manifest of schema {m['schema']}, newer than this layerlab reads",
-                          where=name, expected=f"schema ≤ {MANIFEST_SCHEMA_READ}", got=m["schema"],
-                          hint="upgrade layerlab to compare it")
+    _check_manifest(data.get("manifest"), name)
     from layerlab.report_diff import wellformed
 
     wellformed.check(data, kind, name)
     return data
+
+
+def _check_manifest(m: Any, name: str) -> None:
+    """A report may carry no manifest (written before layerlab recorded one); one it carries is an
+    object whose ``schema`` is a whole number from 1 to :data:`MANIFEST_SCHEMA_READ`."""
+    if m is None:
+        return
+    schema = m.get("schema") if isinstance(m, dict) else None
+    whole = isinstance(schema, int) and not isinstance(schema, bool)
+    if not whole or schema < 1:
+        if not isinstance(m, dict):
+            got = f"a JSON {type(m).__name__}"
+        elif "schema" not in m:
+            got = 'no "schema"'
+        else:
+            got = f'"schema": {schema}' if whole else f'a {type(schema).__name__} as "schema"'
+        raise ReportError(f'{name} has a "manifest" that is not a layerlab run manifest', where=name,
+                          expected='an object with "schema" ≥ 1 (as layerlab … --json writes it)', got=got,
+                          hint='was the file edited by hand? delete the "manifest" key to compare the results alone')
+    if schema > MANIFEST_SCHEMA_READ:
+        raise ReportError(f"{name} has a manifest of schema {schema}, newer than this layerlab reads",
+                          where=name, expected=f"schema ≤ {MANIFEST_SCHEMA_READ}", got=schema,
+                          hint="upgrade layerlab to compare it")

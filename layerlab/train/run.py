@@ -78,9 +78,11 @@ def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any
     if isinstance(module_or_spec, (str, bytes)) or hasattr(module_or_spec, "__fspath__"):
         if inputs or kwargs:
             raise UsageError("a spec brings its own inputs: pass no inputs with a spec path", where="inputs")
+        from layerlab.spec import Overrides
         from layerlab.target.build import resolve
 
-        built = resolve(str(module_or_spec), overrides=_seed_only(seed), allow_import=allow_import, reference=False)
+        built = resolve(str(module_or_spec), overrides=Overrides(seed=seed), allow_import=allow_import,
+                        reference=False)
         original = None
     else:
         from layerlab.target.core import from_module
@@ -94,12 +96,6 @@ def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any
     return train_target(built, loss=loss, target=target, output=output, steps=steps, optimizer=optimizer, lr=lr,
                         mode=mode, allow_import=allow_import, original=original, copied=original is not None,
                         threads=threads)
-
-
-def _seed_only(seed: int):
-    from layerlab.spec import Overrides
-
-    return Overrides(seed=seed)
 
 
 def train_target(built: Any, *, loss: Any = None, target: Any = None, output: Any = None,
