@@ -120,6 +120,9 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
                                 "profiled as leaves that require grad, so each step's backward stops at them")
         if not backward:
             report.notes.append("forward only: no output requires grad (no trainable parameter or input reaches it)")
+        unsteady = unsteady_note(step)  # last: the other notes hold whatever the timings
+        if unsteady:
+            report.notes.append(unsteady)
         if compile:
             from layerlab.profiling.compare import compare_compiled
 
@@ -132,6 +135,37 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
             report.reference = compare_reference(stepper, reference, repeats=repeats, warmup=warmup)
     report.seconds = time.perf_counter() - t_start
     return report
+
+
+#: Plain steps whose upper quartile is this many times the lower one are not one measurement.
+UNSTEADY_SPREAD = 2.0
+#: A step with the profiler's hooks cannot be this much faster than the same step without them.
+UNSTEADY_OVERHEAD = -0.25
+
+
+def unsteady_note(step: StepTiming) -> Optional[str]:
+    """What to say when the timings cannot be trusted, else ``None``.
+
+    On a machine whose cores other processes are using, a kernel split over several intra-op
+    threads waits at its barrier for the busy one: steps then take anything from 1× to 20× their
+    time. Medians hide a few such steps, not a majority, and the report would show nonsense (the
+    hooked step "94 % faster" than the plain one). The plain steps' quartiles and the sign of the
+    overhead tell."""
+    samples = sorted(step.samples_step_s)
+    spread = None
+    if len(samples) >= 4 and samples[len(samples) // 4] > 0:
+        spread = samples[(3 * len(samples)) // 4] / samples[len(samples) // 4]
+    if not ((spread is not None and spread > UNSTEADY_SPREAD) or step.overhead < UNSTEADY_OVERHEAD):
+        return None
+    seen = f"plain steps took {1e3 * samples[0]:.3g}–{1e3 * samples[-1]:.3g} ms" if samples else "the steps varied"
+    threads = torch.get_num_threads()
+    why, rerun = ("other processes are using the cores, and a kernel split over "
+                  f"{threads} threads waits for the busy one", "rerun with --threads 1, or with more --repeats "
+                  "when the machine is quieter") if threads > 1 else \
+        ("other processes are using the core", "rerun with more --repeats when the machine is quieter")
+    return (f"timings are unsteady ({seen}, median {1e3 * step.step_s:.3g} ms; with hooks "
+            f"{1e3 * step.profiled_step_s:.3g} ms): {why}. The per-row times and the overhead are not reliable: "
+            f"{rerun}")
 
 
 def _leaf_inputs(args: Sequence[Any]):
