@@ -93,6 +93,11 @@ def finite_amax(t: torch.Tensor) -> float:
     return float(torch.where(torch.isfinite(a), a, 0.0).max()) if a.numel() else 0.0
 
 
+def _root(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose memory and version counter a view shares (itself when not a view)."""
+    return t if t._base is None else t._base
+
+
 def _floating(value: Any) -> List[torch.Tensor]:
     if isinstance(value, torch.Tensor):  # the common case, without flattening anything
         leaves = (value,)
@@ -187,27 +192,33 @@ class Capture:
         """Sample ``t`` and say whether it is finite; ``measure``: also its ``max |x|`` (only the
         float32 run's outputs need it). A tensor seen before is looked at once: the same object
         (a module's input is mostly the previous one's output), or a contiguous view of the same
-        elements (``Flatten``'s output and its gradient), alive and with the same ``_version``."""
+        elements (``Flatten``'s output and its gradient), alive and with the same ``_version``.
+
+        The version counter misses writes through another tensor on the same memory (``.data``,
+        ``from_numpy``, inference tensors, which have none): a look at other memory-sharing tensor is
+        reused only where the view shares its base with the tensor seen (so shares its counter) and
+        the kept sample reads the same now (every element up to MAX_SAMPLES; beyond, the sampled
+        positions). The same object is trusted on its version, as it always was."""
         contiguous = t.is_contiguous()
-        data_key = (t.data_ptr(), t.numel(), t.dtype) if contiguous else None
+        data_key = (t.data_ptr(), t.numel(), t.dtype) if contiguous and not t.is_neg() else None
         memo = self._memo.get(id(t)) if not grad else None
-        if memo is None and data_key is not None:
+        if (memo is None or memo[0]() is not t) and data_key is not None:  # an id outlives its tensor
             memo = self._memo_data.get(data_key)
         if memo is not None:
             seen_t = memo[0]()
-            if seen_t is not None and (seen_t is t or seen_t.data_ptr() == data_key[0]) \
-                    and memo[1] == _version(t) and (memo[2].amax is not None or not measure):
+            same = seen_t is t
+            alias = (not same and seen_t is not None and data_key is not None and seen_t.data_ptr() == data_key[0]
+                     and _root(seen_t) is _root(t))
+            # the same object is trusted on its version alone (a module's input is the previous
+            # output: the common case, kept cheap); another view of the memory is read again too
+            if (same or alias) and memo[1] == _version(t) == _version(seen_t) \
+                    and (memo[2].amax is not None or not measure) and (same or self._reads_same(t, memo[2])):
                 return memo[2]
         d = t.detach()
         numel = d.numel()
-        if numel <= MAX_SAMPLES:
-            sample = d.reshape(-1).float()
-            sample = sample.clone() if sample.data_ptr() == d.data_ptr() else sample  # a view: keep a copy
-        else:
-            idx = self._positions.get((numel, d.device))
-            if idx is None:
-                idx = self._positions[(numel, d.device)] = self._index(numel, d.device)
-            sample = (d.view(-1).index_select(0, idx) if contiguous else torch.take(d, idx)).float()
+        sample = self._kept(d, contiguous).float()
+        if sample.data_ptr() == d.data_ptr():
+            sample = sample.clone()  # a view of the tensor: keep a copy
         if measure:
             amax = abs_max(d)
             finite = math.isfinite(amax)  # inf or NaN when any element is
@@ -221,6 +232,23 @@ class Capture:
         if data_key is not None:
             self._memo_data[data_key] = entry
         return seen
+
+    def _reads_same(self, t: torch.Tensor, seen: Seen) -> bool:
+        """Does ``t`` still hold what :class:`Seen` kept of it (NaN never compares equal: looked at again)?"""
+        d = t.detach()
+        if d.numel() != seen.numel or dtype_name(d.dtype) != seen.dtype:
+            return False
+        return torch.equal(self._kept(d, d.is_contiguous()).float(), seen.sample)
+
+    def _kept(self, d: torch.Tensor, contiguous: bool) -> torch.Tensor:
+        """The elements of ``d`` a :class:`Seen` keeps, flat, in ``d``'s dtype (a view where it can be)."""
+        numel = d.numel()
+        if numel <= MAX_SAMPLES:
+            return d.reshape(-1)
+        idx = self._positions.get((numel, d.device))
+        if idx is None:
+            idx = self._positions[(numel, d.device)] = self._index(numel, d.device)
+        return d.view(-1).index_select(0, idx) if contiguous else torch.take(d, idx)
 
     # -- hooks -----------------------------------------------------------------------------------
     def _pre(self, module: torch.nn.Module, args: tuple) -> None:

@@ -32,6 +32,7 @@ from layerlab.errors import CheckFailed, UsageError
 from layerlab.mixed import compare, diagnose
 from layerlab.mixed.capture import MAX_CALLS, MAX_SAMPLES
 from layerlab.mixed.dtypes import autocast_supported, default_autocast, half_names, tolerance
+from layerlab.mixed.inputs import SavedInputs
 from layerlab.mixed.report import Finding, PrecisionReport, PrecisionRun
 from layerlab.mixed.runs import FLOAT32, RunResult, Setting, run
 from layerlab.mixed.section import parse
@@ -125,7 +126,9 @@ def check_target(t: Any, *, autocast: Optional[Sequence[str]] = None, cast: Opti
                          hint="--autocast bfloat16 runs on every CPU; --cast float16 casts the whole model")
     tell = progress or (lambda what, i, n: None)
     tell("float32 forward + backward", 0, len(settings) + 1)
+    saved_inputs = SavedInputs(args)
     ref = run(t.module, args, FLOAT32, seed=t.seed)
+    saved_inputs.restore()
     if ref.raised is not None:
         raise _raised(ref.raised, "in float32")
     report = PrecisionReport(target=t.name, model=class_path(t.module), device=str(device), mode=t.mode,
@@ -134,9 +137,13 @@ def check_target(t: Any, *, autocast: Optional[Sequence[str]] = None, cast: Opti
     for i, setting in enumerate(settings, 1):
         tell(f"{setting.label} forward + backward", i, len(settings) + 1)
         half = run(t.module, args, setting, seed=t.seed, reference=ref)
+        saved_inputs.restore()
         report.runs.append(_compare(ref, half, t.seed, device.type, scale))
     report.forecast = diagnose.forecast(ref, device.type, any(s.dtype == "float16" for s in settings))
     _notes(report, ref)
+    if saved_inputs.changed:
+        report.notes.append(f"the model writes into its input(s) {', '.join(saved_inputs.changed)} in place: each run "
+                            "started from the values given, and they were put back afterwards")
     report.seconds = time.perf_counter() - started
     return report
 

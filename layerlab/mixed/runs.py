@@ -86,6 +86,7 @@ class RunResult:
     grads: Dict[str, Optional[torch.Tensor]] = field(default_factory=dict)
     ops: List[OpSeen] = field(default_factory=list)
     projections: List[torch.Tensor] = field(default_factory=list)
+    projection_versions: List[int] = field(default_factory=list)  # as drawn, before any backward ran
     out_shapes: List[tuple] = field(default_factory=list)
     dropped_calls: int = 0
     dropped_ops: int = 0
@@ -190,6 +191,11 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
         outs = differentiable_outputs(output)
         result.out_shapes = [tuple(o.shape) for o in outs]
         if reference is None:
+            result.projections = random_projection(outs, seed) if outs else []
+            result.projection_versions = [r._version for r in result.projections]
+        elif any(r._version != v for r, v in zip(reference.projections, reference.projection_versions)):
+            # the float32 backward wrote into its output gradients (a gradient-reversal Function's
+            # g.mul_(-1)): draw them again, the same values, rather than hand on what it left
             result.projections = random_projection(outs, seed) if outs else []
         else:
             result.projections = reference.projections
