@@ -284,6 +284,24 @@ def _frame_owner(filename: str) -> str:
     return "layer"
 
 
+#: layerlab's torch function / dispatch modes (float32 islands, the op trace) pass each op through
+_PASS_THROUGH = ("__torch_function__", "__torch_dispatch__")
+
+
+def _through_modes(frames: list, owners: List[str]) -> tuple:
+    """The traceback without the innermost frames of a layerlab mode that was passing an op through
+    (and torch's below it): a raise there is the op's, and belongs to the code that called the op
+    (``x.sub_(…)`` on a leaf that requires grad, in the layer's forward), not to layerlab."""
+    for i in range(len(frames) - 1, -1, -1):
+        if owners[i] == "harness" and frames[i].name in _PASS_THROUGH:
+            if i and all(o == "torch" for o in owners[i + 1:]):
+                return frames[:i], owners[:i]
+            break
+        if owners[i] != "torch":
+            break
+    return frames, owners
+
+
 def check_raised(name: str, exc: BaseException) -> CheckResult:
     """The verdict of a check that raised, by whose code raised it.
 
@@ -295,6 +313,7 @@ def check_raised(name: str, exc: BaseException) -> CheckResult:
     """
     frames = traceback.extract_tb(exc.__traceback__)
     owners = [_frame_owner(f.filename) for f in frames]
+    frames, owners = _through_modes(frames, owners)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     last = frames[-1] if frames else None
     layer_frames = [f for f, o in zip(frames, owners) if o == "layer"]
