@@ -184,15 +184,19 @@ def rand_like(t: Tensor, gen: torch.Generator) -> Tensor:
 
 
 def is_stochastic(module: nn.Module, tags: FrozenSet[str] = frozenset()) -> bool:
-    """True when train-mode forward draws random numbers (dropout with p > 0, or a ``stochastic`` tag)."""
+    """True when train-mode forward draws random numbers (dropout with p > 0, or a ``stochastic`` tag).
+
+    Besides torch's dropout modules, a float attribute > 0 whose name says "drop" is a rate the
+    forward draws against: ``dropout``/``attention_dropout`` passed to ``F.dropout``, stochastic
+    depth (Hugging Face's ``SwinDropPath.drop_prob``, timm's ``DropPath``), ``layerdrop``."""
     if "stochastic" in tags:
         return True
     for m in module.modules():
         if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
             return True
-        p = getattr(m, "dropout", None)
-        if isinstance(p, float) and p > 0:
-            return True
+        for name, p in vars(m).items():
+            if "drop" in name and isinstance(p, float) and p > 0:
+                return True
     return False
 
 
