@@ -93,6 +93,27 @@ def finite_amax(t: torch.Tensor) -> float:
     return float(torch.where(torch.isfinite(a), a, 0.0).max()) if a.numel() else 0.0
 
 
+#: ``torch.finfo(torch.float32).max``: the fill of masks written as ``torch.finfo(x.dtype).min``
+#: (Hugging Face's attention masks and position biases, torch's own), which follows the run's dtype
+_FLOAT32_FILL = torch.finfo(torch.float32).max
+
+
+def measured_amax(t: torch.Tensor) -> Tuple[float, bool]:
+    """``(max |x|, finite)`` of a float32-run tensor as float16 would meet it: over the finite
+    elements, and leaving out ±``finfo(float32).max``. That value is a mask fill taken from
+    ``torch.finfo(dtype)``: in a float16 run it is ±65504, never inf (T5's
+    ``where(causal_mask, position_bias, finfo.min)`` was called a float16 overflow). Only a tensor
+    that holds one pays for the second pass."""
+    amax = abs_max(t)
+    finite = math.isfinite(amax)  # inf or NaN when any element is
+    if not finite:
+        amax = finite_amax(t)
+    if amax == _FLOAT32_FILL and t.dtype == torch.float32:
+        a = t.detach().abs()
+        amax = float(torch.where(torch.isfinite(a) & (a < _FLOAT32_FILL), a, 0.0).max())
+    return amax, finite
+
+
 def _root(t: torch.Tensor) -> torch.Tensor:
     """The tensor whose memory and version counter a view shares (itself when not a view)."""
     return t if t._base is None else t._base
@@ -220,9 +241,7 @@ class Capture:
         if sample.data_ptr() == d.data_ptr():
             sample = sample.clone()  # a view of the tensor: keep a copy
         if measure:
-            amax = abs_max(d)
-            finite = math.isfinite(amax)  # inf or NaN when any element is
-            amax = amax if finite else finite_amax(d)
+            amax, finite = measured_amax(d)
         else:
             amax, finite = None, all_finite(d)
         seen = Seen(sample=sample, numel=numel, dtype=dtype_name(d.dtype), amax=amax, finite=finite)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -38,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch.nn.parameter import is_lazy
 
-from layerlab.mixed.capture import Capture, CallSeen, Key, abs_max, finite_amax
+from layerlab.mixed.capture import Capture, CallSeen, Key, measured_amax
 from layerlab.mixed.dtypes import HALF
 from layerlab.probe.buffers import SavedBuffers
 from layerlab.probe.backward import differentiable_outputs, random_projection
@@ -116,9 +115,8 @@ class RangeTrace(OpTrace):
 
 
 def _amax(t: torch.Tensor) -> float:
-    """``max |x|`` over the finite elements (an op that writes ``-inf`` into a mask is not large)."""
-    amax = abs_max(t.detach())
-    return amax if math.isfinite(amax) else finite_amax(t)
+    """``max |x|`` over the finite elements, mask fills left out (see :func:`measured_amax`)."""
+    return measured_amax(t.detach())[0]
 
 
 def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed: int,

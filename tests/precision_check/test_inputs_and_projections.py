@@ -106,3 +106,31 @@ def test_a_mask_scaled_in_place_is_no_false_alarm():
     assert torch.equal(mask, before)
     out_error, _ = _torch_errors(model, [x], {"mask": before})
     assert report.runs[0].output_error == pytest.approx(out_error, rel=0.05)
+
+
+class _MaskedScores(nn.Module):
+    """Attention-style scores with a mask filled from torch.finfo(dtype).min, as HF's T5 and
+    Llama write it: the fill follows the run's dtype (-65504 in float16, never inf)."""
+
+    def __init__(self, big: float = 1.0):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.big = big
+
+    def forward(self, x):
+        s = self.q(x) @ x.transpose(-1, -2) * self.big
+        mask = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+        s = torch.where(mask, torch.finfo(s.dtype).min, s)
+        return torch.softmax(s, -1) @ x
+
+
+def test_a_mask_fill_from_finfo_is_not_a_float16_overflow_but_a_large_score_still_is():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8)
+    quiet = layerlab.precision_check(_MaskedScores(), x, autocast=["bfloat16"])
+    assert not [f for f in quiet.forecast if f.kind == "fp16-overflow"], [f.message for f in quiet.forecast]
+    with torch.no_grad():  # the same model in float16: finite, as the check now says
+        assert bool(torch.isfinite(_MaskedScores().half()(x.half())).all())
+    loud = layerlab.precision_check(_MaskedScores(big=1e5), x, autocast=["bfloat16"])
+    over = [f for f in loud.forecast if f.kind == "fp16-overflow"]
+    assert over and "float16" in over[0].message  # scores of ~1e5 next to the fill: still found
