@@ -57,22 +57,90 @@ def _dtype_rule(ctx: FailureContext) -> Optional[Diagnosis]:
     floats = [p for p in module.parameters() if p.is_floating_point()]
     if not floats or isinstance(module, nn.Embedding):
         return None
-    want = floats[0].dtype
-    for t in ctx.tensors():
-        if t.is_floating_point() and t.dtype != want:
-            key = ctx.locate(t)
-            return Diagnosis(
-                f"{type(module).__name__}'s parameters are {dtype_name(want)} but an input is "
-                f"{dtype_name(t.dtype)}",
-                expected=f"inputs of dtype {dtype_name(want)}",
-                got=f"input {list(t.shape)} of dtype {dtype_name(t.dtype)}", cause="dtype",
-                hint=f"convert the input with x.to(torch.{dtype_name(want)}), or the module with "
-                f"module.to(torch.{dtype_name(t.dtype)}) (--dtype sets both)",
-                fix=FixStep("cast-input", ctx.path, f"x.to(torch.{dtype_name(want)})",
-                            {"arg": key, "to": dtype_name(want)}) if key is not None else None,
-                rule="an op's inputs and weights must share one dtype (outside autocast)",
-            )
+    want, name = floats[0].dtype, type(module).__name__
+    for label, t in _named_tensors(ctx):
+        # integers only where no integer argument is valid (masks and ids are other rules' business)
+        integer = not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool \
+            and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd))
+        if not integer and not (t.is_floating_point() and t.dtype != want):
+            continue
+        key = ctx.locate(t)
+        fits = not integer or _features_fit(module, t)
+        made = ctx.producer_op(t)
+        factory = made is not None and made.op in _FACTORIES
+        origin = ctx.origin(label, t).text if made is not None else ""
+        message = (f"{name}'s parameters are {dtype_name(want)} but an input is {dtype_name(t.dtype)} "
+                   f"({label} {list(t.shape)})")
+        if integer:
+            message += (": it computes in floating point" if fits else
+                        f": integer ids? {name} computes in floating point, and ids need an nn.Embedding")
+        hint = (f"create it with the input's dtype and device: {made.op}(…, dtype=x.dtype, device=x.device)"
+                f"{' at ' + made.source if made.source else ''}" if factory else
+                f"convert it with {'x' if key is not None else label}.to(torch.{dtype_name(want)})" + ("" if integer else
+                f", or the module with module.to(torch.{dtype_name(t.dtype)}) (--dtype sets both)"))
+        if not fits:
+            hint = f"look up integer ids with nn.Embedding; if they are counts or features, {hint}"
+        return Diagnosis(
+            message + (f"; {origin}" if origin else ""),
+            expected=f"inputs of dtype {dtype_name(want)}",
+            got=f"{label} {list(t.shape)} of dtype {dtype_name(t.dtype)}", cause="dtype", hint=hint,
+            fix=FixStep("cast-input", ctx.path, f"x.to(torch.{dtype_name(want)})",
+                        {"arg": key, "to": dtype_name(want)}) if key is not None and fits else None,
+            rule="an op's inputs and weights must share one floating dtype (outside autocast)",
+        )
     return None
+
+
+#: Ops that create a tensor from nothing: made inside forward, they take the default dtype unless told.
+_FACTORIES = ("zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "tensor", "eye", "linspace")
+
+
+def _named_tensors(ctx: FailureContext):
+    """``(name, tensor)`` for the call's tensor arguments: ``x``, ``hx[0]`` (names from forward)."""
+    from layerlab.probe.hooks import flatten, forward_arg_names
+
+    names = forward_arg_names(type(ctx.module))
+    out = []
+    for i, a in enumerate(ctx.args):
+        out += flatten(a, names[i] if i < len(names) else f"args[{i}]")
+    for k, a in ctx.kwargs.items():
+        out += flatten(a, k)
+    return [(n, t) for n, t in out if isinstance(t, torch.Tensor)]
+
+
+def _features_fit(module: nn.Module, t: torch.Tensor) -> bool:
+    """An integer input already shaped as the layer's features (counts, one-hot): a cast is the fix.
+    Anything else may be ids meant for an Embedding."""
+    if isinstance(module, nn.Linear):
+        return t.dim() >= 1 and t.shape[-1] == module.in_features
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return t.dim() >= 2 and t.shape[1] == module.in_channels
+    return False
+
+
+#: Stock modules that return a tuple whose first element is *the* output.
+_TUPLE_RETURNS = {"LSTM": "(output, (h_n, c_n))", "GRU": "(output, h_n)", "RNN": "(output, h_n)",
+                  "MultiheadAttention": "(attn_output, attn_weights)"}
+
+
+def _tuple_rule(ctx: FailureContext) -> Optional[Diagnosis]:
+    """A layer fed an RNN's or attention's whole return value (``self.fc(self.lstm(x))``)."""
+    value = ctx.args[0] if ctx.args else None
+    if not isinstance(value, tuple) or not value or not isinstance(value[0], torch.Tensor):
+        return None
+    call = ctx.producer(value[0])
+    if call is None or call.class_name not in _TUPLE_RETURNS:
+        return None
+    returns = _TUPLE_RETURNS[call.class_name]
+    return Diagnosis(
+        f"{type(ctx.module).__name__} got a tuple where it takes a tensor: the whole return value of "
+        f"{call.label} ({call.class_name}), which is {returns}",
+        expected="a tensor", got=f"tuple of {len(value)}", cause="tuple",
+        hint=f"unpack it: out, _ = {call.label}(…) and pass out" + (
+            " (or h_n[-1] for the last hidden state)" if call.class_name != "MultiheadAttention" else ""),
+        fix=FixStep("reshape-input", ctx.path, "x[0]", {"arg": 0, "op": "first"}),
+        rule=f"{call.class_name} returns {returns}",
+    )
 
 
 _RULES: List[tuple] = [
@@ -99,7 +167,7 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     module = ctx.module
     if module is None or (failed is not None and not _library(module)):
         return None  # an op of the user's code raised and no op rule knew it: the module is not to blame
-    rules: List[Callable] = [_device_rule, _dtype_rule]
+    rules: List[Callable] = [_tuple_rule, _device_rule, _dtype_rule]
     rules += [rule for cls, rule in _RULES if isinstance(module, cls)]
     rules.append(R.shape_layer)
     for rule in rules:

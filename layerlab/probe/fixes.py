@@ -55,7 +55,11 @@ def _change_input(kind: str, params: Dict[str, Any]) -> Callable[[Any], Any]:
         if params["op"] == "flatten":
             start, end = params.get("start", 0), params.get("end", -1)
             return lambda x: x.flatten(start, end)
+        if params["op"] == "first":  # an RNN's (output, state) passed whole: keep the output
+            return lambda x: x[0] if isinstance(x, (tuple, list)) else x
         dim = params["dim"]
+        if params["op"] == "repeat_interleave":  # an (N, L, S) mask → (N·heads, L, S)
+            return lambda x: x.repeat_interleave(params["repeats"], dim=dim)
         return lambda x: x.unsqueeze(dim)
     to = params["to"]
     return lambda x: _convert(x, to)
@@ -140,6 +144,9 @@ def _substitution(params: Dict[str, Any]) -> Callable:
     """How to call one op differently (the op trace applies it at its source line)."""
     if params.get("with") == "reshape":
         return lambda func, args, kwargs: (torch.Tensor.reshape, args, kwargs)
+    if "dims" in params:  # a permute redone with other dims
+        dims = params["dims"]
+        return lambda func, args, kwargs: (torch.Tensor.permute, (args[0], *dims), {})
     if "dim" in params:
         dim = params["dim"]
         return lambda func, args, kwargs: (func, args[:1], {**{k: v for k, v in kwargs.items() if k != "dim"}, "dim": dim})

@@ -80,6 +80,9 @@ def linear(ctx) -> Optional[Diagnosis]:
                 fix=FixStep("reshape-input", ctx.path, f"x.flatten({start})", {"arg": key, "op": "flatten", "start": start}),
                 rule=rule,
             )
+    folded = Lay.batch_folded(ctx, x, want, base, rule)  # a size fix would run with the wrong rows
+    if folded is not None:
+        return folded
     side, made = Lay.made(ctx, x)
     if side == "first":
         return _linear_on_channels_first(ctx, x, base, made, rule)
@@ -185,6 +188,9 @@ def conv(ctx) -> Optional[Diagnosis]:
             hint=f"concatenate along the channel dim: {cat[0].op}(…, dim={ch_axis}) at {cat[0].source}",
             fix=cat[2], rule=rule,
         )
+    redo = Lay.permute_redo(ctx, x, ch_axis, C, base, rule)  # (0, 2, 3, 1) where NHWC needed (0, 3, 1, 2)
+    if redo is not None:
+        return redo
     side, made = Lay.made(ctx, x)
     last = r - 1
     axes = Lay.axes_with(shape, C, skip=set(range(ch_axis + 1)))
@@ -363,6 +369,18 @@ def _rnn_hidden(ctx, m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]:
     for (label, want), state in zip(wanted, states):
         if isinstance(state, torch.Tensor) and _shape(state) != want:
             got = _shape(state)
+            if not m.batch_first and x.dim() == 3 and x.shape[0] != x.shape[1] and \
+                    got == [want[0], x.shape[0], want[2]]:  # h0 batched as the input's dim 0: batch-first data
+                return Diagnosis(
+                    f"{name} has batch_first=False, so it reads the input {_shape(x)} as (L, N, input_size) with "
+                    f"N = {x.shape[1]}; but {label} {got} has N = {x.shape[0]}, the input's dim 0: the input is "
+                    "(N, L, input_size)", expected=want, got=got, cause="layout",
+                    hint="construct it with batch_first=True (the output is then (N, L, H) too)",
+                    fix=FixStep("set-attr", ctx.path, "batch_first=True", {"name": "batch_first", "value": True}),
+                    alternatives=[f"build {label} as torch.zeros({', '.join(map(str, want))}) — only if dim 0 "
+                                  "of the input really is time"],
+                    rule=f"{name}: input (L, N, input_size) when batch_first=False; {label} [num_layers·D, N, H]",
+                )
             swapped = len(want) == 3 and got == [want[1], want[0], want[2]]
             swap = " — it looks like batch-first; use h0.transpose(0, 1).contiguous()" if swapped else ""
             # a GRU's / RNN's h0 is one argument a pre-hook can transpose; an LSTM's sits in a tuple

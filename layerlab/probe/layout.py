@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from layerlab.probe.context import op_site
+from layerlab.probe.context import op_site, op_text
 from layerlab.probe.report import Diagnosis, FixStep
 
 #: Module classes whose output puts the features on the last axis: a tensor they made is
@@ -157,3 +157,93 @@ def cat_fix(ctx, x, axis: int, want: int):
         return None
     fix = FixStep("replace-op", record.source or "", f"{record.op}(…, dim={axis})", op_site(record, dim=axis))
     return record, dim, fix
+
+
+# -- the batch axis ---------------------------------------------------------------------------------
+#: The rank of an *unbatched* input of these modules: torch reads (C, *spatial) as one sample.
+UNBATCHED_RANK = {"Conv1d": 2, "Conv2d": 3, "Conv3d": 4, "MaxPool1d": 2, "MaxPool2d": 3, "MaxPool3d": 4,
+                  "AvgPool1d": 2, "AvgPool2d": 3, "AvgPool3d": 4}
+
+
+def model_batch(ctx) -> Optional[int]:
+    """Dim 0 of the model's first tensor input of rank ≥ 2 (the batch, as the caller built it)."""
+    calls = getattr(ctx.recorder, "calls", None)
+    if not calls:
+        return None
+    for info in calls[0].tensor_inputs:
+        if info.shape is not None and len(info.shape) >= 2:
+            return info.shape[0]
+    return None
+
+
+def batch_folded(ctx, x, want: int, base: str, rule: str) -> Optional[Diagnosis]:
+    """A flattened ``(rows, features)`` input whose rows are not the samples, so that changing the
+    layer's size would make the model run with the wrong number of outputs per sample:
+
+    * a conv earlier in the model got an *unbatched* input (one image without its batch dim): torch
+      reads it as (C, H, W), and after ``flatten(1)`` its channels are the rows, while the elements
+      here make exactly one row of ``want`` (the fix adds the batch dim where it is missing);
+    * the elements here make exactly ``batch`` rows of ``want`` but dim 0 is not the batch: a
+      ``stack``/``cat``/``permute`` before it put another axis first. No fix is offered: which op
+      moved the batch is the model's business.
+    """
+    if x.dim() != 2 or x.numel() % want:
+        return None
+    rows, n = x.shape[0], x.numel() // want
+    if n == 1 and rows != 1:
+        for call in ctx.recorder.calls:
+            ins = call.tensor_inputs
+            if call.class_name in UNBATCHED_RANK and ins and ins[0].shape is not None \
+                    and len(ins[0].shape) == UNBATCHED_RANK[call.class_name]:
+                return Diagnosis(
+                    f"{base}; {call.label} ({call.class_name}) got a {len(ins[0].shape)}-D input {ins[0].shape}, "
+                    f"which torch reads as one unbatched sample (C, …): its {rows} channels became the rows here, "
+                    f"and the {x.numel()} elements make exactly one row of in_features = {want}: the batch dim "
+                    "is missing",
+                    expected=f"[N, {want}]", got=list(x.shape), cause="rank",
+                    hint=f"add the batch dim before {call.label}: x.unsqueeze(0) (a single sample is a batch of 1)",
+                    fix=FixStep("reshape-input", call.path, "x.unsqueeze(0)", {"arg": 0, "op": "unsqueeze", "dim": 0}),
+                    alternatives=[f"set in_features={x.shape[-1]} — only if each of the {rows} channels is a "
+                                  "sample of its own"],
+                    rule=rule,
+                )
+        return None
+    batch = model_batch(ctx)
+    if batch is None or rows == batch or n != batch:
+        return None
+    return Diagnosis(
+        f"{base}; the input holds {x.numel()} = {batch} · {want} elements, exactly {batch} rows of in_features — "
+        f"and {batch} is the batch of the model's input — but its dim 0 is {rows}: another axis was put "
+        f"before the batch (a stack/cat/permute along the wrong dim?); " + ctx.origins([("the input", x)]),
+        expected=f"[{batch}, {want}]", got=list(x.shape), cause="batch-axis",
+        hint=f"find where the batch axis (size {batch}) left dim 0 and keep it first (e.g. torch.stack(…, dim=1))",
+        alternatives=[f"set in_features={x.shape[-1]} — only if each of the {rows} rows is one sample "
+                      f"(the model would then give {rows} outputs for a batch of {batch})"],
+        rule=rule,
+    )
+
+
+def permute_redo(ctx, x, axis: int, want: int, base: str, rule: str) -> Optional[Diagnosis]:
+    """``x`` is a ``permute`` of the user's code whose *input* holds ``want`` on exactly one axis
+    (other than the batch): that permute put the wrong axis at ``axis`` — ``(0, 2, 3, 1)`` where an
+    NHWC image needed ``(0, 3, 1, 2)``. The fix redoes that permute (moving the wanted axis to ``axis``,
+    the others in their order); moving axes after it instead would swap H and W and still run."""
+    record = ctx.producer_op(x)
+    if record is None or record.op != "permute" or not record.inputs:
+        return None
+    source = list(record.inputs[0].shape)
+    axes = axes_with(source, want, skip={0})
+    if len(axes) != 1 or len(source) != x.dim():
+        return None
+    dims = move_axis(len(source), axes[0], axis)
+    code = f"x.permute({', '.join(map(str, dims))})"
+    return Diagnosis(
+        f"{base}; the input is `{op_text(record)}` at {record.source} of {source}, where {want} sits on dim "
+        f"{axes[0]}: that permute puts dim {axes[0]} elsewhere — {code} puts it on dim {axis} and keeps the "
+        "other axes in order",
+        expected=want, got=x.shape[axis], cause="layout",
+        hint=f"permute with {code} at {record.source} → {permuted(source, dims)}",
+        fix=FixStep("replace-op", record.source or "", code, op_site(record, dims=dims)),
+        rule=rule,
+    )
+

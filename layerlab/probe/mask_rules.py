@@ -110,6 +110,8 @@ def mha(ctx) -> Optional[Diagnosis]:
         if list(mask.shape) not in (ok2, ok3):
             if flipped is not None and mask.dim() == 3 and list(mask.shape) == [flipped[0] * m.num_heads, flipped[1], flipped[2]]:
                 return _batch_first(ctx, m, f"attn_mask {list(mask.shape)} is (N·num_heads, L, S) for the other layout", rule)
+            if ok3 is not None and list(mask.shape) == [n, L, S]:  # one mask per sequence, none per head
+                return _per_sequence_mask(ctx, m, mask, ok3)
             return Diagnosis(
                 f"attn_mask must be (L, S) = {ok2}" + (f" or (N·num_heads, L, S) = {ok3}" if ok3 else "")
                 + f", got {list(mask.shape)}",
@@ -119,6 +121,24 @@ def mha(ctx) -> Optional[Diagnosis]:
                 rule="attn_mask: True / −inf = may not attend; 2-D is shared by every batch and head",
             )
     return None
+
+
+def _per_sequence_mask(ctx, m, mask: torch.Tensor, ok3: list) -> Diagnosis:
+    """An (N, L, S) attn_mask: a 3-D mask holds one (L, S) mask per sequence *and head*, in the order
+    ``n * num_heads + h`` — ``repeat_interleave`` along dim 0 (``repeat`` would pair sequence 0's heads
+    with other sequences' masks)."""
+    heads, key = m.num_heads, ctx.key("attn_mask", 5)
+    code = f"attn_mask.repeat_interleave({heads}, dim=0)"
+    same = bool((mask == mask[:1]).all())
+    return Diagnosis(
+        f"attn_mask {list(mask.shape)} is (N, L, S): one mask per sequence, but a 3-D attn_mask needs one per "
+        f"sequence and head, (N·num_heads, L, S) = {ok3}, sequence-major",
+        expected=ok3, got=list(mask.shape), cause="mask-shape",
+        hint=f"repeat each sequence's mask for its {heads} heads: {code} (not .repeat: it would mix sequences)"
+        + ("; every sequence has the same mask here, so attn_mask[0] (L, S) would do too" if same else ""),
+        fix=FixStep("reshape-input", ctx.path, code, {"arg": key, "op": "repeat_interleave", "repeats": heads, "dim": 0}),
+        rule="attn_mask: 2-D (L, S) shared by every batch and head, or 3-D (N·num_heads, L, S)",
+    )
 
 
 def _other_layout(m, q, k) -> Optional[tuple]:

@@ -199,7 +199,8 @@ def _slice_hint(ctx, a, b, dim: int) -> Optional[str]:
 
 def _branch_width_fix(ctx, a, b, dim: int):
     """A residual ``x + f(x)`` whose branch ``f`` ends in a Linear/Conv of the wrong width: set
-    that layer's output size to the other operand's."""
+    that layer's output size to the other operand's — unless that layer keeps its width (the block
+    widened earlier, ResNet-style: the shortcut needs a projection, a hint without a fix)."""
     for branch, other in ((b, a), (a, b)):
         call = ctx.producer(branch)
         if call is None:
@@ -214,6 +215,11 @@ def _branch_width_fix(ctx, a, b, dim: int):
             continue
         if width is None:
             continue
+        size_in = module.in_features if attr == "out_features" else module.in_channels
+        if size_in == getattr(module, attr):  # the branch widened before this layer: not its size to change
+            return None, (f"the branch keeps its width {size_in} at {call.label} ({call.class_name}), so it widened "
+                          f"earlier: a widening block needs a projection of the shortcut to {size_in} (a Linear or "
+                          f"1×1 conv, like ResNet's downsample) — or a branch that keeps {width}")
         return (FixStep("set-arg", call.path, f"{attr}={width}", {"name": attr, "value": width}),
                 f"make {call.label} ({call.class_name}) output the other operand's width: {attr}={width} "
                 f"(or project the other side to {getattr(module, attr)})")

@@ -192,7 +192,9 @@ class FixStep:
     module path (or ``file:line`` for an op); ``code`` is what to write, in the user's terms.
 
     kinds: ``permute-input`` (``dims``, ``restore``: permute the module's input, and back after),
-    ``reshape-input`` (``op``: flatten/unsqueeze), ``cast-input`` (``to``: long/bool/eq0),
+    ``reshape-input`` (``op``: flatten/unsqueeze, ``repeat_interleave`` of a per-batch mask over the
+    heads, ``first``: the first element of a tuple the module was given), ``cast-input``
+    (``to``: long/bool/eq0),
     ``set-arg`` (rebuild the module with ``name=value``), ``set-attr`` (``name=value`` on the
     module), ``replace-op`` (at ``site``: another op or argument for that one call).
     """
