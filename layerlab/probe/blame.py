@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
+from layerlab.probe import channel_rules, loss_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import mha, transformer_masks
@@ -154,6 +155,7 @@ _RULES: List[tuple] = [
     (nn.modules.batchnorm._BatchNorm, R.batch_norm),
     (nn.GroupNorm, R.group_norm),
     (nn.Embedding, R.embedding),
+    loss_rules.MODULES,
 ]
 
 
@@ -169,6 +171,8 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
         return None  # an op of the user's code raised and no op rule knew it: the module is not to blame
     rules: List[Callable] = [_tuple_rule, _device_rule, _dtype_rule]
     rules += [rule for cls, rule in _RULES if isinstance(module, cls)]
+    if not _library(module):  # a model's own module that checks its pixels' channels (HF vision embeddings)
+        rules.append(channel_rules.channels_last)
     rules.append(R.shape_layer)
     for rule in rules:
         found = _safe(lambda: rule(ctx))

@@ -8,7 +8,7 @@ and the recorder), and name an argument so that a fix can change it (:meth:`Fail
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
@@ -32,6 +32,9 @@ class FailureContext:
     exc: BaseException
     recorder: Any
     trace: Any = None
+    #: ``(path, args, kwargs)`` of the calls around the failing one, outermost first (where a fix
+    #: of a model input is applied: ``pixel_values`` at the root, not deep inside).
+    outer: List[Tuple[str, tuple, dict]] = field(default_factory=list)
 
     # -- arguments ---------------------------------------------------------------------------------
     def arg(self, name: str, position: int) -> Any:

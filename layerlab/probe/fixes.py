@@ -42,6 +42,10 @@ def _convert(value: Any, to: str) -> Any:
         return value.bool()
     if to == "eq0":
         return value == 0
+    if to.startswith("insert:"):  # new size-1 axes: "insert:1,1" → x[:, None, None, :]
+        for dim in to[len("insert:"):].split(","):
+            value = value.unsqueeze(int(dim))
+        return value
     if to.startswith(("cpu", "cuda", "mps", "xpu", "meta")):
         return value.to(to)
     return value.to(getattr(torch, to))
@@ -140,10 +144,25 @@ def _set_submodule(root: nn.Module, path: str, new: nn.Module) -> None:
     setattr(parent, name, new)
 
 
+def _permute_operand(which: int, dims) -> Callable:
+    """``einsum(eq, a, b)`` (or ``einsum(eq, [a, b])``) with operand ``which`` permuted by ``dims``."""
+    def permute(func, args, kwargs):
+        if len(args) == 2 and isinstance(args[1], (list, tuple)):
+            ops = list(args[1])
+            ops[which] = ops[which].permute(*dims)
+            return func, (args[0], ops), kwargs
+        args = list(args)
+        args[1 + which] = args[1 + which].permute(*dims)
+        return func, tuple(args), kwargs
+    return permute
+
+
 def _substitution(params: Dict[str, Any]) -> Callable:
     """How to call one op differently (the op trace applies it at its source line)."""
     if params.get("with") == "reshape":
         return lambda func, args, kwargs: (torch.Tensor.reshape, args, kwargs)
+    if "operand" in params:  # one einsum operand permuted
+        return _permute_operand(params["operand"], params["dims"])
     if "dims" in params:  # a permute redone with other dims
         dims = params["dims"]
         return lambda func, args, kwargs: (torch.Tensor.permute, (args[0], *dims), {})
@@ -167,6 +186,12 @@ def _substitution(params: Dict[str, Any]) -> Callable:
             kwargs = {**kwargs, arg: _convert(kwargs[arg], to)}
         return func, args, kwargs
     return convert
+
+
+def _chain(first: Callable, then: Callable) -> Callable:
+    def both(func, args, kwargs):
+        return then(*first(func, args, kwargs))
+    return both
 
 
 class FixedModel(nn.Module):
@@ -193,7 +218,11 @@ def apply_step(fixed: FixedModel, step: FixStep) -> None:
     if step.kind == "replace-op":
         if not p.get("file") or p.get("line") is None:
             raise FixError("the op's source line is unknown")
-        fixed.substitutions[(p["file"], p["line"], p["op"])] = _substitution(p)
+        key, change = (p["file"], p["line"], p["op"]), _substitution(p)
+        before = fixed.substitutions.get(key)
+        if before is not None:  # a second fix of the same call (an int mask cast, then reshaped): both apply
+            change = _chain(before, change)
+        fixed.substitutions[key] = change
         return
     try:
         target = root.get_submodule(step.where) if step.where else root

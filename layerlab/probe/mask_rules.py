@@ -237,8 +237,8 @@ def sdpa(ctx, failed) -> Optional[Diagnosis]:
         return None  # the mask fits: the failure is about something else
     except RuntimeError:
         pass
-    padding = mask.dim() == 2 and q.dim() == 4 and list(mask.shape) == [q.shape[0], k.shape[-2]]
-    return Diagnosis(
+    padding = mask.dim() == 2 and q.dim() >= 3 and list(mask.shape) == [q.shape[0], k.shape[-2]]
+    found = Diagnosis(
         f"attn_mask {list(mask.shape)} does not broadcast to the scores (N, …, L, S) = {want}"
         + ("; it is (N, S): a padding mask" if padding else ""),
         expected=want, got=list(mask.shape), cause="mask-shape",
@@ -246,3 +246,28 @@ def sdpa(ctx, failed) -> Optional[Diagnosis]:
              "needs mask[:, None, None, :]",
         rule="F.scaled_dot_product_attention: attn_mask broadcasts to (N, heads, L, S); bool True = take part",
     )
+    return _padding_fix(found, mask, q, record, arg) if padding else found
+
+
+def _padding_fix(found: Diagnosis, mask: torch.Tensor, q: torch.Tensor, record, arg) -> Diagnosis:
+    """An (N, S) padding mask gets one axis per dim between N and S (heads, queries), values as they
+    are: the reshape never changes what True means. A bool mask whose Trues are the minority reads
+    as True = padding (nn.MultiheadAttention's key_padding_mask): reshaped as it is, SDPA would
+    attend to the padding only — so then no fix, and the hint says which of the two to write."""
+    extra = q.dim() - 2
+    index = f"[:, {'None, ' * extra}:]"
+    code, name = f"mask{index}", "attn_mask" if arg == "attn_mask" else "mask"
+    found.hint = f"a padding mask (N, S) needs {code}{op_at(record)}: one axis each for " + (
+        "the heads and the queries" if extra == 2 else f"the {extra} dims between N and S")
+    if mask.dtype == torch.bool and not keeps(mask):
+        found.message += "; most of it is False, so its True may mark padding (key_padding_mask's convention)"
+        found.hint += (f"; in SDPA True = take part: use ~mask{index} if True marks padding, "
+                       f"mask{index} if True marks real tokens")
+        return found
+    if mask.dtype == torch.bool:
+        found.message += "; True = a real token (its Trues are the majority), as SDPA reads bool masks"
+    found.fix = FixStep("replace-op", record.source or "", code,
+                        op_site(record, arg=arg, to="insert:" + ",".join(["1"] * extra)))
+    found.alternatives.append("~mask only if its True marks padding (nn.MultiheadAttention's convention): "
+                              "in SDPA a bool True takes part")
+    return found

@@ -16,6 +16,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from layerlab.probe import loss_rules
+from layerlab.probe.einsum_rules import einsum
 from layerlab.probe.context import op_at as _at, op_site as _site, op_tensors, op_text
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import masked_fill, sdpa
@@ -288,32 +290,6 @@ def _batch_dims(ctx, record, a, b) -> Optional[Diagnosis]:
     )
 
 
-def einsum(ctx, failed) -> Optional[Diagnosis]:
-    eq = failed.args[0] if failed.args and isinstance(failed.args[0], str) else None
-    tensors = op_tensors(failed)
-    if eq is None or "->" not in eq and "," not in eq:
-        return None
-    terms = eq.split("->")[0].replace(" ", "").split(",")
-    if len(terms) != len(tensors) or any("." in t for t in terms):
-        return None
-    sizes: Dict[str, list] = {}
-    for i, (term, t) in enumerate(zip(terms, tensors)):
-        for letter, n in zip(term, t.shape):
-            sizes.setdefault(letter, []).append((i, n))
-    clash = {c: v for c, v in sizes.items() if len({n for _, n in v if n != 1}) > 1}
-    if not clash:
-        return None
-    letter, seen = next(iter(clash.items()))
-    record = failed.record
-    return Diagnosis(
-        f"einsum('{eq}'){_at(record)}: subscript {letter} is " + " and ".join(f"{n} in operand {i}" for i, n in seen)
-        + "; " + ", ".join(f"operand {i} {list(t.shape)} as '{term}'" for i, (term, t) in enumerate(zip(terms, tensors))),
-        expected=seen[0][1], got=seen[-1][1], cause="inner-dim",
-        hint=f"every occurrence of {letter} must have one size: check the order of the subscripts against each operand's dims",
-        rule="einsum: one size per subscript letter (1 broadcasts)",
-    )
-
-
 # -- indices, dtypes ---------------------------------------------------------------------------------
 def index(ctx, failed) -> Optional[Diagnosis]:
     message = str(failed.exc)
@@ -420,6 +396,8 @@ def diagnose_op(ctx, failed) -> Optional[Diagnosis]:
         return matmul(ctx, failed)
     if op == "einsum":
         return einsum(ctx, failed)
+    if op in loss_rules.OPS:
+        return loss_rules.cross_entropy_op(ctx, failed)
     if op in _INDEX:
         return index(ctx, failed)
     if op in _BROADCAST or name in _BROADCAST:

@@ -271,6 +271,8 @@ def _explain(failure, raised, recorder, trace, module, inputs, kwargs, seed, mod
 
     exc, index, live = raised
     ctx = context_of(recorder, trace, exc, index, live)
+    if not ctx.outer:  # the open calls' arguments are gone with the hooks: the model's own are here
+        ctx.outer = [("", tuple(inputs), dict(kwargs))]
     if trace is None and fix:  # the op trace was off: replay the failure on a copy with it on
         ctx = replay(module, inputs, kwargs, seed, mode, failure.path, exc) or ctx
     failure.diagnosis = diagnosis = diagnose(ctx)

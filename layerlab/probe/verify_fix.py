@@ -70,7 +70,9 @@ def context_of(recorder, trace, exc: BaseException, index: Optional[int] = None,
     args, kwargs = live or ((), {})
     module = recorder.modules[index] if index is not None else None
     path = recorder.calls[index].path if index is not None else ""
-    return FailureContext(module=module, path=path, args=args, kwargs=kwargs, exc=exc, recorder=recorder, trace=trace)
+    outer = [(recorder.calls[i].path, *recorder.live[i]) for i in recorder.open_calls() if i in recorder.live]
+    return FailureContext(module=module, path=path, args=args, kwargs=kwargs, exc=exc, recorder=recorder,
+                          trace=trace, outer=outer)
 
 
 def location(ctx: FailureContext) -> str:
