@@ -16,7 +16,9 @@ What is seen, and how:
   was dropped — layerlab cannot tell those two apart and says so;
 * **gradients exactly 0 at every step** while a path exists (``zero-grad``): something on the path
   passes nothing. ReLU/ReLU6 modules whose every output is 0 at every step are named as the likely
-  cause (``dead-relu``); a ReLU called as a function (``F.relu``) is invisible to module hooks;
+  cause (``dead-relu``), with what their input shows: exactly 0 (zero-initialised weights before
+  it) or negative (a large negative bias); a ReLU called as a function (``F.relu``) is invisible to
+  module hooks;
 * **not in the optimizer**, **requires_grad=False** (a warning: freezing a backbone is often meant).
 
 Findings about many parameters are grouped under the outermost module all of whose parameters
@@ -42,19 +44,9 @@ _NORMS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm
 
 def reachable(roots: Iterable[torch.Tensor]) -> Set[int]:
     """ids of the leaf tensors (parameters) the autograd graph of ``roots`` leads to."""
-    seen: Set[int] = set()
-    leaves: Set[int] = set()
-    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        variable = getattr(node, "variable", None)  # AccumulateGrad
-        if isinstance(variable, torch.Tensor):
-            leaves.add(id(variable))
-        stack.extend(n for n, _ in node.next_functions if n is not None)
-    return leaves
+    from layerlab.train.unregistered import leaves
+
+    return {id(t) for t in leaves(roots)}
 
 
 class Watch:
@@ -66,8 +58,12 @@ class Watch:
         self.with_graph: Set[str] = set()
         self.relu_alive: Dict[str, bool] = {}
         self.relu_calls: Dict[str, int] = {}
+        self.relu_fed_zero: Dict[str, Optional[bool]] = {}  #: input exactly 0 at every step (None: unknown)
         #: module path → whether a non-zero gradient reached its output on the first step
         self.output_grad: Dict[str, bool] = {}
+        #: (autograd node that made a module's output on the first step, the innermost such module);
+        #: the nodes are held (an id alone could be reused once its Python wrapper is freed)
+        self.made_by: List[Any] = []
         self.first = True
         self._handles = [m.register_forward_hook(self._hook) for m in model.modules()]
 
@@ -76,6 +72,8 @@ class Watch:
         if self.first:
             self.called.add(path)
             for _, t in flatten(output):
+                if t.grad_fn is not None:  # hooks fire innermost first: the first pair for a node wins
+                    self.made_by.append((t.grad_fn, path))
                 if t.requires_grad:
                     self.with_graph.add(path)
                     t.register_hook(self._grad_seen(path))
@@ -83,7 +81,13 @@ class Watch:
             self.relu_calls[path] = self.relu_calls.get(path, 0) + 1
             with torch.no_grad():
                 alive = bool((output != 0).any())
+                # an input exactly 0 (not negative) everywhere: the layer before outputs 0 (a zero init);
+                # an in-place ReLU has overwritten its input, so that is unknown (None)
+                fed = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+                zero = None if fed is None or getattr(module, "inplace", False) else not bool((fed != 0).any())
             self.relu_alive[path] = self.relu_alive.get(path, False) or alive
+            previous = self.relu_fed_zero.get(path, True)
+            self.relu_fed_zero[path] = None if zero is None or previous is None else previous and zero
 
     def _grad_seen(self, path: str):
         def hook(grad: torch.Tensor) -> None:
@@ -94,9 +98,28 @@ class Watch:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self.made_by = []
 
     def dead_relus(self) -> List[str]:
         return [p for p, alive in self.relu_alive.items() if not alive]
+
+    def dead_relu_problem(self, path: str) -> Problem:
+        """A dead ReLU, with the cause its input shows: exactly 0 (zero-initialised weights before it),
+        negative (a large negative bias, a step too large), or unknown (an in-place ReLU)."""
+        fed_zero = self.relu_fed_zero.get(path)
+        if fed_zero:
+            why = ("its input is exactly 0 everywhere, not negative: the layer before it computes 0 (all-zero "
+                   "weights — a zero initialisation — or an all-zero batch)")
+            hint = ("initialise weights randomly (nn.Linear's default, nn.init.kaiming_uniform_); zeros only suit "
+                    "biases")
+        elif fed_zero is False:
+            why = "its input is ≤ 0 everywhere"
+            hint = "a large negative bias (or a step that was too large) killed it"
+        else:
+            why = "it is in-place, so whether its input was 0 or negative is not seen"
+            hint = "a large negative bias, all-zero weights before it, or a step that was too large"
+        return Problem("dead-relu", f"ReLU {path}: every output is 0 at every step ({why}) — no gradient passes "
+                       "it, so the layers before it stop learning", where=path, severity="error", hint=hint)
 
 
 def _outermost(model: nn.Module, names: Set[str]) -> List[str]:

@@ -25,17 +25,18 @@ Three choices, each with a default a user can see in the report:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
-from layerlab.errors import SpecError, UsageError
+from layerlab.errors import Problem, SpecError, UsageError
 from layerlab.target.bind import flatten
 
 __all__ = ["LOSSES", "Objective", "pick_output", "make_target", "target_kind", "target_source", "loss_function",
-           "target_seed"]
+           "target_seed", "negative_loss"]
 
 #: loss names a spec or ``loss=`` may give (``model``: the model's output is its own loss)
 LOSSES = ("mse", "cross_entropy", "nll", "model")
@@ -195,3 +196,31 @@ def check_target(name: str, pred: torch.Tensor, target: torch.Tensor, where: str
         raise SpecError(f"the target's shape {list(target.shape)} is not the prediction's {list(pred.shape)}",
                         where=where, expected=list(pred.shape), got=list(target.shape),
                         hint="mse compares element by element: give the target the output's shape")
+
+
+def negative_loss(objective, losses: List[float]) -> Optional[Problem]:
+    """cross_entropy and nll of valid inputs are ≥ 0; a loss below 0 falls without bound, and its
+    fall says nothing about fitting (the outputs are not log-probabilities, or a float target is
+    not a probability distribution)."""
+    name = getattr(objective, "loss_name", None)
+    target = getattr(objective, "target", None)
+    if name == "cross_entropy" and target is not None and target.is_floating_point() and target.numel():
+        dim = 1 if target.dim() >= 2 else 0
+        sums = target.sum(dim)
+        if bool((target < 0).any()) or not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+            return Problem("target-not-probabilities",
+                           f"cross_entropy's float target is read as class probabilities, but it is not one "
+                           f"(min {float(target.min()):.3g}, sums over dim {dim} from {float(sums.min()):.3g} to "
+                           f"{float(sums.max()):.3g}): the loss has no floor, so its fall does not show fitting",
+                           where="(loss)", severity="error",
+                           hint="give class indices (target: {dtype: int64, high: C}) or probabilities that "
+                                "are ≥ 0 and sum to 1 over the class dim")
+    finite = [v for v in losses if math.isfinite(v)]
+    if name not in ("cross_entropy", "nll") or not finite or min(finite) >= -1e-6:
+        return None
+    why = ("nll reads log-probabilities: end the model with log_softmax (or use cross_entropy on logits)"
+           if name == "nll" else
+           "a float target of cross_entropy is class probabilities (≥ 0, summing to 1 over the class dim); "
+           "class indices are an int64 target (dtype: int64, high: C)")
+    return Problem("loss-negative", f"{name} went below 0 (min {min(finite):.3g}): it can fall without bound, so "
+                   "its fall does not show the model fitting", where="(loss)", severity="error", hint=why)

@@ -17,9 +17,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from layerlab.errors import UsageError
+from layerlab.errors import Problem, UsageError
 
-__all__ = ["OPTIMIZERS", "DEFAULT_LR", "build_optimizer", "optimizer_names"]
+__all__ = ["OPTIMIZERS", "DEFAULT_LR", "build_optimizer", "optimizer_names", "decay_finding"]
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 #: the default learning rate of each named optimizer (see layerlab/train/run.py for why)
@@ -38,8 +38,14 @@ def build_optimizer(optimizer: Any, lr: Optional[float], copy: torch.nn.Module,
                              expected=" | ".join(OPTIMIZERS), got=optimizer)
         rate = DEFAULT_LR[name] if lr is None else lr
         if not params:
+            from layerlab.train.unregistered import attributes
+
+            held = sorted({root for root, _, _ in attributes(copy).values()})
+            hint = (f"{', '.join(held[:4])} hold(s) tensors or layers outside the model's registry (a plain "
+                    "tensor, a Python list of layers): use nn.Parameter / nn.ModuleList" if held else
+                    "set requires_grad=True on the parameters to train")
             raise UsageError("no parameter of the model requires grad: there is nothing to train",
-                             where="optimizer", hint="set requires_grad=True on the parameters to train")
+                             where="optimizer", hint=hint)
         return _CLASSES[name](params, lr=rate), f"{name} (lr {rate:g})", rate
     if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
         opt = optimizer(params, lr=lr) if lr is not None else optimizer(params)
@@ -66,14 +72,20 @@ def _rebuild(opt: torch.optim.Optimizer, copy: torch.nn.Module,
     names = {id(p): n for n, p in original.named_parameters(remove_duplicate=False)}
     copied = dict(copy.named_parameters(remove_duplicate=False))
     groups: List[Dict[str, Any]] = []
+    stray = [p for group in opt.param_groups for p in group["params"] if id(p) not in names]
+    if stray:
+        # the usual cause: a layer replaced (model.fc = nn.Linear(…)) after the optimizer was built on the
+        # old one, which the optimizer still holds while the new one is in no optimizer
+        held = {id(p) for group in opt.param_groups for p in group["params"]}
+        missing = [n for n, p in original.named_parameters() if id(p) not in held and p.requires_grad]
+        shown = ", ".join(missing[:4]) + (" …" if len(missing) > 4 else "")
+        raise UsageError(f"the optimizer holds {len(stray)} tensor(s) that are not parameters of this model"
+                         + (f", and none of the model's {shown}: a layer replaced after the optimizer was built?"
+                            if missing else ""), where="optimizer",
+                         got=", ".join(f"a tensor of shape {list(p.shape)}" for p in stray[:4]),
+                         hint="build the optimizer after the model is final, on model.parameters()")
     for group in opt.param_groups:
-        mapped = []
-        for p in group["params"]:
-            if id(p) not in names:
-                raise UsageError("the optimizer holds a tensor that is not a parameter of this model",
-                                 where="optimizer", got=f"a tensor of shape {list(p.shape)}",
-                                 hint="build the optimizer on model.parameters() (or a subset of them)")
-            mapped.append(copied[names[id(p)]])
+        mapped = [copied[names[id(p)]] for p in group["params"]]
         groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": mapped})
     rebuilt = type(opt)(groups, **opt.defaults)
     return rebuilt, f"{type(opt).__name__} (yours, lr {opt.param_groups[0].get('lr')})", None
@@ -92,3 +104,36 @@ def _check_owned(opt: torch.optim.Optimizer, copy: torch.nn.Module, who: str) ->
 def optimizer_names(opt: torch.optim.Optimizer) -> set:
     """ids of the parameters the optimizer updates."""
     return {id(p) for group in opt.param_groups for p in group["params"]}
+
+
+def _pull(opt: torch.optim.Optimizer, group: Dict[str, Any]) -> Optional[float]:
+    """The fraction by which weight decay alone shrinks the weights each step, where it is exact: lr ·
+    weight_decay for SGD and for decoupled decay (AdamW, Adam(decoupled_weight_decay=True)); Adam's
+    coupled decay goes through its normalisation, so its pull has no such closed form (None)."""
+    lr, wd = group.get("lr"), group.get("weight_decay") or 0.0
+    if not isinstance(lr, (int, float)) or not isinstance(wd, (int, float)) or wd <= 0:
+        return None
+    if isinstance(opt, (torch.optim.SGD, torch.optim.AdamW)) or group.get("decoupled_weight_decay"):
+        return float(lr) * float(wd)
+    return None
+
+
+def decay_finding(opt: torch.optim.Optimizer, steps: int, fit: str) -> Optional[Problem]:
+    """Weight decay that alone would shrink the weights below half their size within this run, when the
+    loss did not overfit: the decay pulls the weights towards 0 faster than the gradient can move them."""
+    if fit == "overfits":
+        return None
+    for i, group in enumerate(opt.param_groups):
+        pull = _pull(opt, group)
+        if pull is None:
+            continue
+        left = max(0.0, 1.0 - pull) ** steps
+        if left < 0.5:
+            return Problem("weight-decay", f"param group {i}: weight_decay {group['weight_decay']:g} at lr "
+                           f"{group['lr']:g} shrinks the weights by lr·weight_decay = {pull:.3g} of their size "
+                           f"every step, to {left:.2g} of it over {steps} steps from the decay alone: it pulls the "
+                           "weights to 0 faster than the gradient moves them", where="optimizer", severity="error",
+                           hint="weight decay is usually 1e-4 … 0.1 (lr·weight_decay ≪ 1e-2 per step); lower it",
+                           data={"group": i, "weight_decay": group["weight_decay"], "lr": group["lr"],
+                                 "pull": pull})
+    return None

@@ -22,8 +22,6 @@ run (dropout masks) and restored afterwards.
 
 from __future__ import annotations
 
-import math
-
 import copy
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -33,8 +31,8 @@ import torch
 from layerlab.errors import CheckFailed, LayerlabError, Problem, SpecError, UsageError
 from layerlab.target.bind import describe, map_args
 from layerlab.spec.limits import clean_text
-from layerlab.train import diverge, fit, frozen, loss as L
-from layerlab.train.optim import build_optimizer, optimizer_names
+from layerlab.train import diverge, fit, frozen, loss as L, squashed, unregistered
+from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
 from layerlab.train.section import MAX_STEPS, TrainSection, check_lr, parse_section
 from layerlab.train.updates import Tracker, ratio_findings
@@ -180,6 +178,7 @@ class _Run:
         self.loss_reach: set = set()
         self.output_reach: Dict[str, set] = {}
         self.nonfinite = None
+        self.early: List[Problem] = []  # seen in the first step's graph: unregistered tensors, a double softmax
 
     def go(self, make_objective: Callable[[Any], L.Objective]) -> L.Objective:
         objective = None
@@ -195,12 +194,17 @@ class _Run:
                 if step == 0:
                     self.loss_reach = frozen.reachable([value])
                     self.output_reach = frozen.output_reach(out, skip=objective.output_path)
+                    self.early = unregistered.findings(self.model, unregistered.leaves([value]))
+                    wrong_input = squashed.findings(objective, L.select(out, objective.output_path),
+                                                    self.watch.made_by)
+                    self.early += [wrong_input] if wrong_input is not None else []
+                    self.watch.made_by = []  # autograd nodes: a later deepcopy of the hooked model can't copy them
                     self.watch.first = False
                 self.losses.append(float(value.detach()))
                 if not torch.isfinite(value.detach()):
                     self.nonfinite = self._locate(objective, step, "loss", [])
                     break
-                value.backward()
+                self._backward(value, step)
                 finite, bad = self.tracker.after_backward()
                 if not finite:
                     self.nonfinite = self._locate(objective, step, "gradient", bad)
@@ -228,6 +232,17 @@ class _Run:
             raise CheckFailed(f"the model raised at step {step}: {type(exc).__name__}: {str(exc).splitlines()[0]}",
                               where=f"step {step}", hint="layerlab inspect on the same spec names the failing "
                               "module") from None
+
+    def _backward(self, value: torch.Tensor, step: int) -> None:
+        try:
+            value.backward()
+        except RuntimeError as exc:  # an in-place op on a tensor backward needs, a graph freed twice, …
+            first = str(exc).split(". Hint:")[0].splitlines()[0]
+            hint = ("make the in-place op out-of-place (x = x * 2, not x.mul_(2); nn.ReLU(inplace=False))"
+                    if "inplace operation" in first else "layerlab inspect on the same spec runs the backward "
+                    "module by module")
+            raise CheckFailed(f"backward failed at step {step}: {clean_text(first, 400)}", where=f"step {step}",
+                              hint=hint) from None
 
     def _locate(self, objective, step, what, bad):
         # the weights are those the failing step ran with (the loop stopped before updating)
@@ -338,25 +353,28 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         nonzero_grad=tracker.nonzero_grad, loss_reach=run.loss_reach, output_reach=run.output_reach,
         loss_output=objective.output_path if objective else "?", watch=run.watch,
         output_named=objective.output_named if objective else True)
-    for path in run.watch.dead_relus():
-        flags.append(Problem("dead-relu", f"ReLU {path}: every output is 0 at every step — no gradient passes it, "
-                             "so the layers before it stop learning", where=path, severity="error",
-                             hint="a large negative bias (or a step that was too large) killed it"))
+    flags.extend(run.watch.dead_relu_problem(path) for path in run.watch.dead_relus())
     flags.extend(found)
+    flags.extend(run.early)
+    decay = decay_finding(opt, steps, verdict.verdict)
+    flags.extend([decay] if decay is not None else [])
     _status_from_findings(tracker, found)
     flags.extend(ratio_findings(tracker.groups, verdict.verdict, run.nonfinite is not None,
                                 default_lr=rate if default_lr else None))
     idle = frozen.mode_findings(model)
     if idle is not None:
         flags.append(idle)
-    negative = _negative_loss(objective, run.losses)
+    negative = L.negative_loss(objective, run.losses)
     if negative is not None:
         flags.append(negative)
     stuck = [f"{f.code} {f.where}" for f in flags if f.severity == "error" and f.code in _STUCK]
     if verdict.verdict in ("falls", "slow") and stuck:
         # the "more steps or a larger lr" advice is wrong when parameters cannot learn at all
-        verdict.message = verdict.message.split("; short of")[0].split(": more steps")[0] + (
+        verdict.message = verdict.message.split("; short of")[0].split(": more steps")[0].split("; too slowly")[0] + (
             f"; short of {fit.EXPECTED:g}×, and more steps will not help: {', '.join(stuck)} (see below)")
+        for f in flags:
+            if f.code == "loss-slow":  # its "more steps or a larger lr" hint is the advice just withdrawn
+                f.message, f.hint = verdict.message, "fix the errors below first"
     notes = [verdict.message]
     if objective is not None and objective.fn is not None:
         notes.append(f"the loss reads {objective.output_path}; target: {objective.target_source}, "
@@ -373,36 +391,9 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         groups=tracker.groups, nonfinite=run.nonfinite, flags=flags, notes=notes)
 
 
-def _negative_loss(objective, losses: List[float]) -> Optional[Problem]:
-    """cross_entropy and nll of valid inputs are ≥ 0; a loss below 0 falls without bound, and its
-    fall says nothing about fitting (the outputs are not log-probabilities, or a float target is
-    not a probability distribution)."""
-    name = getattr(objective, "loss_name", None)
-    target = getattr(objective, "target", None)
-    if name == "cross_entropy" and target is not None and target.is_floating_point() and target.numel():
-        dim = 1 if target.dim() >= 2 else 0
-        sums = target.sum(dim)
-        if bool((target < 0).any()) or not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
-            return Problem("target-not-probabilities",
-                           f"cross_entropy's float target is read as class probabilities, but it is not one "
-                           f"(min {float(target.min()):.3g}, sums over dim {dim} from {float(sums.min()):.3g} to "
-                           f"{float(sums.max()):.3g}): the loss has no floor, so its fall does not show fitting",
-                           where="(loss)", severity="error",
-                           hint="give class indices (target: {dtype: int64, high: C}) or probabilities that "
-                                "are ≥ 0 and sum to 1 over the class dim")
-    finite = [v for v in losses if math.isfinite(v)]
-    if name not in ("cross_entropy", "nll") or not finite or min(finite) >= -1e-6:
-        return None
-    why = ("nll reads log-probabilities: end the model with log_softmax (or use cross_entropy on logits)"
-           if name == "nll" else
-           "a float target of cross_entropy is class probabilities (≥ 0, summing to 1 over the class dim); "
-           "class indices are an int64 target (dtype: int64, high: C)")
-    return Problem("loss-negative", f"{name} went below 0 (min {min(finite):.3g}): it can fall without bound, so "
-                   "its fall does not show the model fitting", where="(loss)", severity="error", hint=why)
-
-
 #: findings that mean parameters cannot learn, whatever the number of steps
-_STUCK = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output")
+_STUCK = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output", "unregistered", "double-softmax",
+          "double-sigmoid", "weight-decay")
 
 
 def _status_from_findings(tracker: Tracker, found: List[Problem]) -> None:

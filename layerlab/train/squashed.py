@@ -1,0 +1,75 @@
+"""A softmax or sigmoid in front of a loss that applies one itself (``cross_entropy``, ``BCEWithLogitsLoss``).
+
+``F.cross_entropy`` takes raw scores (logits) and applies ``log_softmax`` itself; fed
+probabilities, it squashes them a second time: the scores can only span [0, 1], the loss has a
+floor well above 0 (for C classes, at best ``log(1 + (C - 1) / e)``) and the gradients shrink — the
+loss falls a little and stalls, the classic "my loss won't go down". ``BCEWithLogitsLoss`` likewise
+applies the sigmoid itself. What is seen is certain, not guessed: the autograd node that made the
+prediction (``SoftmaxBackward0``, ``SigmoidBackward0``), looked for through ops that only move or
+reshape values (a ``squeeze``, a ``view``). ``log_softmax`` (for ``nll``) and a sigmoid before
+``BCELoss`` are what those losses want, and are not flagged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from layerlab.errors import Problem
+
+__all__ = ["findings"]
+
+#: autograd nodes that only move or reshape values: the squashing op may sit just before them
+_SHAPE_ONLY = ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "SqueezeBackward0",
+               "SqueezeBackward1", "SqueezeBackward2", "UnsqueezeBackward0", "TBackward0", "TransposeBackward0",
+               "PermuteBackward0", "SelectBackward0", "SliceBackward0", "CloneBackward0", "ExpandBackward0",
+               "CatBackward0", "StackBackward0", "FlattenBackward0")
+_SQUASH = {"SoftmaxBackward0": "softmax", "SigmoidBackward0": "sigmoid"}
+
+
+def _logits_loss(name: str, fn: Any) -> Optional[str]:
+    """Which activation the loss applies itself, or None."""
+    if name == "cross_entropy" or fn is F.cross_entropy or isinstance(fn, torch.nn.CrossEntropyLoss):
+        return "softmax"
+    if fn is F.binary_cross_entropy_with_logits or isinstance(fn, torch.nn.BCEWithLogitsLoss):
+        return "sigmoid"
+    return None
+
+
+def _last_op(pred: torch.Tensor) -> Tuple[Optional[str], Any]:
+    """``(softmax | sigmoid | None, its autograd node)`` of the op that made ``pred``."""
+    node, hops = pred.grad_fn, 0
+    while node is not None and hops < 8:
+        kind = type(node).__name__
+        if kind in _SQUASH:
+            return _SQUASH[kind], node
+        if kind not in _SHAPE_ONLY:
+            return None, None
+        node = node.next_functions[0][0] if node.next_functions else None
+        hops += 1
+    return None, None
+
+
+def findings(objective: Any, pred: torch.Tensor, made_by: List[Tuple[Any, str]]) -> Optional[Problem]:
+    """An error when the prediction was squashed by the activation the loss applies itself.
+    ``made_by``: (autograd node, the module whose output it made) pairs (an ``nn.Softmax`` is named;
+    ``F.softmax`` called in a forward is not a module, and the output the loss reads is named instead)."""
+    applies = _logits_loss(getattr(objective, "loss_name", ""), getattr(objective, "fn", None))
+    if applies is None or not isinstance(pred, torch.Tensor):
+        return None
+    op, node = _last_op(pred)
+    if op != applies:
+        return None
+    module = next((path for made, path in made_by if made is node), None)
+    loss = "cross_entropy" if applies == "softmax" else "BCEWithLogitsLoss"
+    fix = ("drop the softmax and give cross_entropy the raw scores (keep softmax for predictions only), or "
+           "end with log_softmax and use nll" if applies == "softmax" else
+           "drop the sigmoid and give BCEWithLogitsLoss the raw scores, or keep it and use BCELoss")
+    return Problem("double-" + applies, f"the prediction the loss reads ({objective.output_path}) comes out of a {applies}, and "
+                   f"{loss} applies a {applies} itself: the scores are squashed twice, so the loss has a floor "
+                   "above 0 and small gradients — it falls a little and stalls" +
+                   (f" ({applies} at module {module or '(root)'})" if module is not None else ""),
+                   where=objective.output_path if module is None else module or "(root)",
+                   severity="error", hint=fix)
