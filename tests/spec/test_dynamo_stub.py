@@ -90,3 +90,27 @@ with no_dynamo_import() as imported:
 print(json.dumps({"thread": with_thread, "alone": alone, "stub": stub, "after": after, "imported": imported}))
 """)
     assert found == {"thread": False, "alone": True, "stub": True, "after": False, "imported": False}
+
+
+def test_code_that_needs_more_of_dynamo_or_keeps_the_stand_in_gets_the_real_module():
+    found = _run("""
+import json, sys
+from layerlab.spec.dynamo_stub import no_dynamo_import
+def f(x):
+    return x
+with no_dynamo_import() as stood_in:
+    import torch._dynamo as kept          # a module first imported in the window binds the stand-in
+    cheap = kept.disable(f) is f          # the one thing it stands in for
+with no_dynamo_import() as again:
+    import torch._dynamo as kept2
+    config = kept2.config                 # anything else: the real module, imported now
+    real_in_window = type(sys.modules["torch._dynamo"]).__name__ == "module"
+after = kept.disable(f)                   # the kept reference, after the window: the real disable
+print(json.dumps({"stood_in": stood_in, "cheap": cheap, "again": again,
+                  "config": type(config).__name__, "real_in_window": real_in_window,
+                  "real_after": after is not f and callable(after),
+                  "module": type(sys.modules["torch._dynamo"]).__name__}))
+""")
+    assert found["stood_in"] and found["cheap"] and found["again"]
+    assert found["config"] != "NoneType" and found["real_in_window"] and found["real_after"]
+    assert found["module"] == "module"
