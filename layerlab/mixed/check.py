@@ -176,8 +176,7 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
         out.findings.append(Finding(
             severity="error", kind="raised", where=type(half.raised).__name__, run=setting.label,
             message=f"the model raised in {setting.label}: {out.raised}",
-            fix="a tensor made inside forward in float32 meets a half one? create it with dtype=x.dtype "
-                "(or x.new_zeros / torch.zeros_like)" if setting.kind == "cast" else None))
+            fix=_raised_fix(half.raised, setting)))
         return out
     out.params = compare.params(ref, half)
     out.rows = compare.rows(ref, half, out.params)
@@ -199,6 +198,19 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
                                     message=f"{len(resized)} module call(s) returned other sizes in {setting.label} "
                                             "than in float32 (data-dependent shapes): their errors are not measured"))
     return out
+
+
+def _raised_fix(exc: BaseException, setting: Any) -> Optional[str]:
+    """What to change when the half-precision run raised, read from torch's message: only the two
+    messages a cast model is known to meet get a fix (a wrong hint is worse than none)."""
+    text = str(exc).lower()
+    if "without overflow" in text:  # masked_fill(mask, -1e9) / fill_(1e5) on a float16 tensor
+        return (f"a constant beyond {setting.dtype}'s range (float16: ±65504) is written into a half tensor "
+                "(masked_fill(mask, -1e9), a fill of 1e5): use torch.finfo(x.dtype).min / .max, or float('-inf')")
+    if setting.kind == "cast" and ("dtype" in text or "half" in text and "float" in text):
+        return ("a tensor made inside forward in float32 meets a half one? create it with dtype=x.dtype "
+                "(or x.new_zeros / torch.zeros_like)")
+    return None
 
 
 #: How torch says that a kernel does not exist for a dtype on a device (CPU float16 LSTM: oneDNN

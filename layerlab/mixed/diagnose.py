@@ -70,6 +70,7 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     half_ops = ops_by_call(run.ops)
     ref_ops = ops_by_call(ref.ops)
     blamed = [r for r in rows if r.flags and "inherited" not in r.flags]
+    overflowed = any(not r.finite for r in rows)  # inf/NaN in the forward, at a module or inside one
     for row in blamed[:1 + MORE_FINDINGS]:
         key: Key = (row.path, row.call)
         library = ref.calls[key].library
@@ -89,6 +90,7 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
             message = (f"{row.label} ({row.class_name}) loses precision in {label}: output error "
                        f"{_eps(row.error, tol)} > {tol.output:.2g}{inherited}")
             kind = "precision"
+        overflowed = overflowed or (cause is not None and cause.what == "overflow")
         out.append(Finding(severity="error", kind=kind, where=row.label, message=message,
                            cause=cause.text if cause else "I can't tell which op: it is not one the rules "
                                                             "know (see the ops column)",
@@ -97,7 +99,7 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     if len(blamed) > 1 + MORE_FINDINGS:
         out.append(Finding(severity="info", kind="precision", where="", run=label,
                            message=f"{len(blamed) - 1 - MORE_FINDINGS} more module call(s) flagged (see the table)"))
-    out.extend(_underflow(param_rows, tol, label))
+    out.extend(_underflow(param_rows, tol, label, after_nonfinite=overflowed))
     out.extend(_gradient(param_rows, tol, label, bool(out)))
     root = next((r for r in rows if r.path == "" and r.call == 1), None)
     if not blamed and root is not None and root.error is not None and root.finite and root.error > tol.output:
@@ -108,10 +110,19 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     return out
 
 
-def _underflow(param_rows: List[ParamRow], tol: Tolerance, label: str) -> List[Finding]:
+def _underflow(param_rows: List[ParamRow], tol: Tolerance, label: str, after_nonfinite: bool = False) -> List[Finding]:
+    """Gradients that are 0 in a float16 run where float32's are small. After inf/NaN in the forward
+    they may be zeros of another kind (x / inf = 0, a gradient through a saturated op): said as a
+    possibility, not as underflow."""
     if tol.dtype != "float16":
         return []
-    bad = [p for p in param_rows if p.zeroed > UNDERFLOW_FRACTION]
+    bad = [p for p in param_rows if p.zeroed is not None and p.zeroed > UNDERFLOW_FRACTION]
+    if after_nonfinite and bad:
+        names = ", ".join(p.name for p in bad[:MORE_FINDINGS + 1])
+        return [Finding(severity="warning", kind="underflow", where=bad[0].name, run=label,
+                        message=f"gradients of {names} are 0 in {label} where float32's are small, after inf/NaN "
+                                "in the forward (above): they may follow from those (x / inf = 0) rather than from "
+                                "underflow; fix the forward first and check again")]
     out = []
     for p in bad[:MORE_FINDINGS]:
         out.append(Finding(severity="error", kind="underflow", where=p.name, run=label,

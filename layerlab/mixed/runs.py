@@ -207,6 +207,7 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
             if setting.grad_scale:
                 result.found_inf = any(g is not None and not bool(torch.isfinite(g).all()) for g in grads)
                 grads = [None if g is None else g / scale for g in grads]
+                _unscale(capture.calls, scale)
             result.grads = {n: None if g is None else g.detach() for (n, _), g in zip(named, grads)}
     except ProbeBug as bug:
         raise bug.original from bug
@@ -226,6 +227,18 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
             c = recorder.calls[record.call]
             key = (c.path, c.call)
         result.ops.append(OpSeen(record=record, key=key, amax=trace.amax.get(record.index)))
+
+
+def _unscale(calls: Dict[Key, CallSeen], scale: float) -> None:
+    """The module-output gradients a GradScaler run sampled are ``scale`` times the real ones: the
+    rows compare them with float32's unscaled gradients. Each kept sample is divided once (one
+    :class:`~layerlab.mixed.capture.Seen` can stand for several calls' gradients)."""
+    done = set()
+    for call in calls.values():
+        for seen in call.grads.values():
+            if id(seen) not in done:
+                done.add(id(seen))
+                seen.sample.div_(scale)
 
 
 def library_only(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:
