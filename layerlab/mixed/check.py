@@ -134,6 +134,8 @@ def check_target(t: Any, *, autocast: Optional[Sequence[str]] = None, cast: Opti
     report = PrecisionReport(target=t.name, model=class_path(t.module), device=str(device), mode=t.mode,
                              inputs={a.name: describe(a.value) for a in args}, loss=_loss_text(ref),
                              skipped=skipped, samples=MAX_SAMPLES, float32_seconds=ref.seconds)
+    if any(s.dtype == "float16" for s in settings):
+        _confirm_noise(t, args, ref)
     for i, setting in enumerate(settings, 1):
         tell(f"{setting.label} forward + backward", i, len(settings) + 1)
         half = run(t.module, args, setting, seed=t.seed, reference=ref)
@@ -198,6 +200,22 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
                                     message=f"{len(resized)} module call(s) returned other sizes in {setting.label} "
                                             "than in float32 (data-dependent shapes): their errors are not measured"))
     return out
+
+
+def _confirm_noise(t: Any, args: List[Any], ref: RunResult) -> None:
+    """Before a float16 run: the gradients tiny enough to pass for rounding noise are checked in a
+    float64 run of a copy (only they are read), so a real tiny gradient — the one float16 flushes to
+    0 — is not waved through as noise. Only when there are such gradients: BERT's key bias, say."""
+    from layerlab.mixed.compare import confirm_noise, tiny_grads
+    from layerlab.mixed.runs import float64_grad_rms
+
+    tiny = sorted(tiny_grads(ref))
+    if not tiny or not ref.projections:
+        return
+    try:
+        confirm_noise(ref, float64_grad_rms(t.module, args, t.seed, ref, tiny))
+    except Exception:  # a model that will not run in float64 (a float32-only op): they stay noise
+        return
 
 
 def _raised_fix(exc: BaseException, setting: Any) -> Optional[str]:

@@ -180,13 +180,32 @@ def grad_sums(ref: RunResult) -> Dict[str, tuple]:
 
 
 def negligible_grads(ref: RunResult) -> set:
-    """Names of the gradients that are zero up to float32 rounding, next to the model's others."""
+    """Names of the gradients that are zero up to float32 rounding, next to the model's others
+    (less those a float64 run showed are real, only tiny: ``ref.real_tiny``, see :func:`confirm_noise`)."""
+    return tiny_grads(ref) - ref.real_tiny
+
+
+def tiny_grads(ref: RunResult) -> set:
+    """Names of the gradients whose RMS is at most NEGLIGIBLE of the median parameter's."""
     rms = {n: norm / math.sqrt(numel) for n, (numel, norm, _) in grad_sums(ref).items()}
     finite = sorted(v for v in rms.values() if math.isfinite(v))
     if not finite:
         return set()
     typical = finite[len(finite) // 2]
     return {n for n, v in rms.items() if v <= NEGLIGIBLE * typical}
+
+
+def confirm_noise(ref: RunResult, float64_rms: Dict[str, float]) -> None:
+    """Keep as noise only the tiny gradients whose float64 RMS is far below their float32 one.
+
+    Rounding noise around an exact zero (attention's key bias) shrinks by ~1e9 in float64; a real
+    gradient that is only small (a gradient scaled by 1e-6, the one float16 flushes to 0) keeps its
+    size, and must be compared and checked for underflow like any other."""
+    sums = grad_sums(ref)
+    for name, rms64 in float64_rms.items():
+        numel, norm, _ = sums[name]
+        if rms64 >= 0.1 * norm / math.sqrt(numel):
+            ref.real_tiny.add(name)
 
 
 def flushed_share(ref: RunResult, name: str) -> float:

@@ -94,6 +94,7 @@ class RunResult:
     seconds: float = 0.0
     grad_sums: Optional[Dict[str, tuple]] = None  # per gradient sums, filled once (compare.grad_sums)
     seen: Dict[int, tuple] = field(default_factory=dict)  # the capture's tensors seen (Capture.known)
+    real_tiny: set = field(default_factory=set)  # tiny gradients a float64 run showed are not rounding noise
 
 
 class RangeTrace(OpTrace):
@@ -227,6 +228,27 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
             c = recorder.calls[record.call]
             key = (c.path, c.call)
         result.ops.append(OpSeen(record=record, key=key, amax=trace.amax.get(record.index)))
+
+
+def float64_grad_rms(module: torch.nn.Module, args: Sequence[Any], seed: int, reference: RunResult,
+                     names: Sequence[str]) -> Dict[str, float]:
+    """RMS of the gradients ``names`` in a float64 run of a copy (the same seed, inputs and loss
+    projection as ``reference``): a gradient that is rounding noise around an exact zero in float32
+    is ~1e9 times smaller here, a real tiny one keeps its size."""
+    from layerlab.target.bind import call, map_args
+    from layerlab.target.seeding import seeded
+
+    model = copy.deepcopy(module).double()
+    wide = map_args(args, lambda t: t.detach().double() if t.is_floating_point() else t)
+    with seeded(seed, model):
+        output = call(model, wide)
+    outs = differentiable_outputs(output)
+    params = dict(model.named_parameters())
+    wanted = [params[n] for n in names if n in params]
+    grads = torch.autograd.grad(outs, wanted, grad_outputs=[r.double() for r in reference.projections],
+                                allow_unused=True)
+    return {n: (float(torch.linalg.vector_norm(g)) / g.numel() ** 0.5 if g is not None else 0.0)
+            for n, g in zip([n for n in names if n in params], grads)}
 
 
 def _unscale(calls: Dict[Key, CallSeen], scale: float) -> None:

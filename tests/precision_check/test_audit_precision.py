@@ -76,3 +76,62 @@ def test_gradients_zeroed_by_an_inf_in_the_forward_are_not_called_underflow():
         [(f.kind, f.where, f.message) for f in run.findings]
     under = [f for f in run.findings if f.kind == "underflow"]
     assert all(f.severity != "error" and "may follow" in f.message for f in under), [f.message for f in under]
+
+
+class _ShrinkGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1e-6  # a real, tiny gradient: float16 flushes most of it to 0
+
+
+class _TinyBelow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(_ShrinkGrad.apply(torch.relu(self.fc1(x))))
+
+
+def test_a_real_tiny_gradient_is_checked_for_underflow_not_waved_through_as_noise():
+    torch.manual_seed(0)
+    model, x = _TinyBelow(), torch.randn(16, 16)
+    report = layerlab.precision_check(model, x, autocast=["float16"])
+    under = {f.where for f in report.runs[0].findings if f.kind == "underflow" and f.severity == "error"}
+    assert "fc1.weight" in under, [(f.kind, f.where, f.message) for f in report.runs[0].findings]
+    from layerlab.probe.backward import random_projection
+
+    with torch.autocast("cpu", dtype=torch.float16):  # plain torch, the check's unit-norm loss
+        out = model(x)
+    [r] = random_projection([out], 0)
+    g16 = torch.autograd.grad(out, model.fc1.weight, grad_outputs=r.to(out.dtype))[0]
+    out32 = model(x)
+    g32 = torch.autograd.grad(out32, model.fc1.weight, grad_outputs=r)[0]
+    lost = torch.linalg.vector_norm(torch.where(g16 == 0, g32, 0.0)) / torch.linalg.vector_norm(g32)
+    zeroed = next(p.zeroed for p in report.runs[0].params if p.name == "fc1.weight")
+    assert float(lost) > 0.1 and abs(zeroed - float(lost)) < 0.05, (float(lost), zeroed)
+
+
+def test_rounding_noise_around_zero_stays_noise_under_float16():
+    transformers = __import__("pytest").importorskip("transformers", reason="needs transformers (the [hf] extra)")
+    torch.manual_seed(0)
+    bert = transformers.BertModel(transformers.BertConfig(
+        num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=100,
+        max_position_embeddings=32))
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = bert
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).last_hidden_state
+
+    report = layerlab.precision_check(Wrap().eval(), torch.randint(0, 100, (2, 8)), autocast=["float16"])
+    assert report.ok, [(f.kind, f.where, f.message) for r in report.runs for f in r.findings]
+    negligible = [p.name for p in report.runs[0].params if p.negligible]
+    assert any("key.bias" in n for n in negligible)  # softmax ignores a shift: noise in float32, still noise
