@@ -137,11 +137,12 @@ def print_known_error(exc: LayerlabError, json_mode: bool) -> None:
     Output(json_mode=json_mode).error(exc)
 
 
-def check_writable(path: Optional[Path], flag: str) -> None:
+def check_writable(path: Optional[Path], flag: str, _again: bool = True) -> None:
     """Refuse, before any work, a ``--svg``/``--html`` path that cannot be written: a missing
     directory, a device or other non-regular file (``/dev/full``), a file system that takes no new
     files (``/proc``), no permission. Nothing is left behind: a probe file is removed again, and an
-    existing file is opened for appending, never truncated."""
+    existing file is opened for appending, never truncated. A file another process creates between
+    the two looks (two runs writing the same plot) is checked as the existing file it now is."""
     if path is None:
         return
     p = Path(path)
@@ -155,6 +156,10 @@ def check_writable(path: Optional[Path], flag: str) -> None:
                              hint="give the path of a file to create or overwrite")
         try:
             os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+        except FileNotFoundError as exc:  # removed by another process since: check it as a new file
+            if _again:
+                return check_writable(path, flag, _again=False)
+            raise _unwritable(flag, str(p), exc) from None
         except OSError as exc:
             raise _unwritable(flag, str(p), exc) from None
         return
@@ -164,9 +169,17 @@ def check_writable(path: Optional[Path], flag: str) -> None:
                          hint="create it first, or save somewhere else")
     try:
         os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        if _again:
+            return check_writable(path, flag, _again=False)
+        raise _unwritable(flag, str(p), FileExistsError(errno.EEXIST, "created and removed by another process "
+                                                        "while checking")) from None
     except OSError as exc:
         raise _unwritable(flag, str(p), exc) from None
-    os.unlink(p)
+    try:
+        os.unlink(p)
+    except FileNotFoundError:  # another process's check removed it first
+        pass
 
 
 def _unwritable(flag: str, path: str, exc: OSError) -> LayerlabError:
