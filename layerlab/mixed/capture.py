@@ -156,7 +156,6 @@ class Capture:
         self._named_modules = named_modules
         self._memo: Dict[int, tuple] = dict(known) if known else {}  # id → (weakref, _version, Seen)
         self._memo_data: Dict[tuple, tuple] = {}  # (data_ptr, numel, dtype) of a contiguous tensor → as _memo
-        self._positions: Dict[tuple, Optional[torch.Tensor]] = {}
         self.trace = trace
         self.calls: Dict[Key, CallSeen] = {}
         self.dropped = 0
@@ -264,9 +263,7 @@ class Capture:
         numel = d.numel()
         if numel <= MAX_SAMPLES:
             return d.reshape(-1)
-        idx = self._positions.get((numel, d.device))
-        if idx is None:
-            idx = self._positions[(numel, d.device)] = self._index(numel, d.device)
+        idx = self._index(numel, d.device)
         return d.view(-1).index_select(0, idx) if contiguous else torch.take(d, idx)
 
     # -- hooks -----------------------------------------------------------------------------------

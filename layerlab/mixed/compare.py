@@ -86,7 +86,6 @@ def params(ref: RunResult, run: RunResult) -> List[ParamRow]:
     negligible = negligible_grads(ref)
     sums = grad_sums(ref)
     rows: List[ParamRow] = []
-    measured = []  # (row, g, g_ref, ‖g_ref‖)
     for name, g_ref in ref.grads.items():
         g = run.grads.get(name)
         if g_ref is None or g is None:
@@ -94,20 +93,7 @@ def params(ref: RunResult, run: RunResult) -> List[ParamRow]:
         row = ParamRow(name=name, error=None, negligible=name in negligible, zeroed=0.0 if underflow else None)
         rows.append(row)
         if not row.negligible:
-            measured.append((row, g, g_ref, sums[name][1] if name in sums else 0.0))
-    if underflow:
-        for row, g, g_ref, total in measured:
-            row.error, row.zeroed = _grad_error(g, g_ref, total)
-        return rows
-    # one fused subtraction and one fused norm for all of them (torch's foreach ops: on CPU the same
-    # per-tensor kernels, without a Python round trip per parameter)
-    diffs = _norms(torch._foreach_sub([g.detach().float() for _, g, _, _ in measured],
-                                      [g_ref for _, _, g_ref, _ in measured])) if measured else []
-    for (row, g, g_ref, total), diff in zip(measured, diffs):
-        if math.isfinite(diff) and math.isfinite(total) and total > _SMALL:
-            row.error = _ratio(diff, total)
-        else:
-            row.error = tensor_error(g, g_ref)
+            row.error, row.zeroed = _grad_error(g, g_ref, sums[name][1] if name in sums else 0.0, underflow)
     return rows
 
 
@@ -121,14 +107,20 @@ def _norms(tensors: List[torch.Tensor]) -> List[float]:
 _SMALL = 1e-15
 
 
-def _grad_error(g: torch.Tensor, g_ref: torch.Tensor, total: float) -> tuple:
+def _grad_error(g: torch.Tensor, g_ref: torch.Tensor, total: float, underflow: bool = True) -> tuple:
     """``(‖g − g_ref‖ / ‖g_ref‖, ‖g_ref where g underflowed to 0‖ / ‖g_ref‖)``; ``total`` is ‖g_ref‖.
+    The second is ``None`` unless ``underflow`` (a float16 run) asks for it: three passes saved.
 
     float32 norms, fetched in one conversion: a few small ops per parameter (float64 copies of
     every gradient cost more than a small model's forward). float32's rounding of a norm (~1e-7)
     is far below every bar (≥ 2⁻¹⁰). Where a float32 square could overflow or underflow, or
     anything is not finite, the exact float64 path decides."""
     x = g.detach().float()
+    if not underflow:
+        diff = float(torch.linalg.vector_norm(x - g_ref))
+        if not (math.isfinite(diff) and math.isfinite(total) and total > _SMALL):
+            return tensor_error(g, g_ref), None
+        return _ratio(diff, total), None
     lost = (x == 0) & (g_ref.abs() < FP16_TINY)
     diff, lost_norm = torch.stack([torch.linalg.vector_norm(x - g_ref),
                                    torch.linalg.vector_norm(torch.where(lost, g_ref, 0.0))]).tolist()

@@ -38,11 +38,12 @@ class SavedInputs:
 
     def restore(self) -> List[str]:
         """Put back every input a run changed; return their names (also kept in :attr:`changed`)."""
+        from layerlab.probe.buffers import put_back
+
         found = []
         with torch.no_grad():
             for i, (name, t, version, values) in enumerate(self._saved):
-                if t._version != version or not torch.equal(t, values):
-                    t.copy_(values)
+                if put_back(t, version, values):
                     self._saved[i] = (name, t, t._version, values)
                     found.append(name)
         self.changed += [n for n in found if n not in self.changed]

@@ -244,11 +244,11 @@ def float64_grad_rms(module: torch.nn.Module, args: Sequence[Any], seed: int, re
         output = call(model, wide)
     outs = differentiable_outputs(output)
     params = dict(model.named_parameters())
-    wanted = [params[n] for n in names if n in params]
-    grads = torch.autograd.grad(outs, wanted, grad_outputs=[r.double() for r in reference.projections],
-                                allow_unused=True)
+    present = [n for n in names if n in params]
+    grads = torch.autograd.grad(outs, [params[n] for n in present],
+                                grad_outputs=[r.double() for r in reference.projections], allow_unused=True)
     return {n: (float(torch.linalg.vector_norm(g)) / g.numel() ** 0.5 if g is not None else 0.0)
-            for n, g in zip([n for n in names if n in params], grads)}
+            for n, g in zip(present, grads)}
 
 
 def _unscale(calls: Dict[Key, CallSeen], scale: float) -> None:

@@ -13,7 +13,7 @@ from typing import Iterable, List, Tuple
 import torch
 from torch.nn.parameter import is_lazy
 
-__all__ = ["SavedBuffers"]
+__all__ = ["SavedBuffers", "put_back"]
 
 
 class SavedBuffers:
@@ -34,9 +34,19 @@ class SavedBuffers:
             for m, name, b, version, values in self._saved:
                 if m._buffers.get(name) is not b:  # the module replaced it (self.stat = new tensor)
                     m._buffers[name] = b
-                if b.shape != values.shape:  # resized in place
-                    b.set_(values.clone())
-                # batch_norm updates running statistics in place without bumping _version, so the
-                # values are compared too
-                elif b._version != version or not torch.equal(b, values):
-                    b.copy_(values)
+                put_back(b, version, values)
+
+
+def put_back(t: torch.Tensor, version: int, values: torch.Tensor) -> bool:
+    """Give ``t`` its saved ``values`` again if a run changed it (call under ``no_grad``); whether it had.
+
+    Resized in place: its storage is set back. Otherwise the values are compared too, not only the
+    version counter: batch_norm updates running statistics in place without bumping ``_version``,
+    and a write through ``.data`` does not bump it either."""
+    if t.shape != values.shape:
+        t.set_(values.clone())
+        return True
+    if t._version != version or not torch.equal(t, values):
+        t.copy_(values)
+        return True
+    return False

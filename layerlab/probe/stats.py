@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import numpy as np
 import torch
