@@ -14,6 +14,12 @@ exp/softmax    softmax, log_softmax, exp, logsumexp, nn.Softmax …     an absol
                                                                       is a relative error δ in exp:
                                                                       logits of 1000 carry δ ≈ 4 in
                                                                       bf16, 0.5 in fp16
+log of 0       log(sigmoid(z)), log(softmax(x)), log(nn.Sigmoid(…))   the probability underflows:
+                                                                      σ(−20) = 2e-9 is 0 in fp16,
+                                                                      log(0) = −inf
+tiny squares   var, pow, x * x … whose float32 values are all below   they are subnormal (few bits)
+               the dtype's smallest normal (fp16: 6.1e-5)             or 0: a variance with no eps
+                                                                      divides by ~0
 variance       var, std, pow, square, norm, x * x, nn.LayerNorm …     E[x²] − E[x]² cancels: the
                                                                       rounding of E[x²] is left
 cancellation   sub/add whose float32 result is ≥ 16× smaller than     both operands were rounded at
@@ -21,6 +27,9 @@ cancellation   sub/add whose float32 result is ≥ 16× smaller than     both op
                                                                       difference keeps few bits
 large value    any op whose float32 |x| exceeds the dtype's range     inf, then NaN downstream
 =============  =====================================================  ============================
+
+A call whose *input* already lost its spread (a large offset added before it) is
+:mod:`layerlab.mixed.offsets`' business: the rules here only read the call's own ops.
 
 No rule blames a long ``sum``/``mean``/``cumsum``: torch accumulates those in float32 for float16
 and bfloat16 inputs (CPU and CUDA), so a sum of 8192 bfloat16 ones is 8192; only its result is
@@ -31,9 +40,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from layerlab.mixed.dtypes import FP16_MAX
+import torch
+
+from layerlab.mixed.dtypes import FP16_MAX, HALF
 from layerlab.mixed.runs import OpSeen
 
 EXP_OPS = {"softmax", "F.softmax", "log_softmax", "F.log_softmax", "exp", "exp2", "logsumexp", "softmin", "F.softmin"}
@@ -41,6 +52,17 @@ SQUARE_OPS = {"var", "std", "var_mean", "std_mean", "pow", "square", "norm", "li
               "F.normalize", "rsqrt", "__pow__"}
 CANCEL_OPS = {"sub", "__sub__", "__rsub__", "subtract", "add", "__add__", "__radd__", "__iadd__", "__isub__"}
 MUL_OPS = {"mul", "__mul__", "multiply"}
+LOG_OPS = {"log", "log2", "log10"}
+#: what the log of each producer's output should have been (computed without forming the probability)
+LOG_FIXES = {
+    "sigmoid": "F.logsigmoid(z) (log σ(z) = −softplus(−z): no probability is formed, so nothing rounds to 0)",
+    "F.sigmoid": "F.logsigmoid(z) (log σ(z) = −softplus(−z): no probability is formed, so nothing rounds to 0)",
+    "softmax": "F.log_softmax(x, dim) (x − logsumexp(x): no probability is formed, so nothing rounds to 0)",
+    "F.softmax": "F.log_softmax(x, dim) (x − logsumexp(x): no probability is formed, so nothing rounds to 0)",
+    "exp": "the exponent itself (log(exp(x)) is x), or torch.logsumexp for a log of a sum of exps",
+}
+#: modules whose output is a probability: their op-level counterpart in LOG_FIXES
+LOG_MODULES = {"Sigmoid": "sigmoid", "Softmax": "softmax"}
 EXP_MODULES = {"Softmax", "LogSoftmax", "Softmin", "Softmax2d"}
 NORM_MODULES = {"LayerNorm", "GroupNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d",
                 "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm"}
@@ -51,7 +73,8 @@ LOW = {"float16", "bfloat16"}
 
 @dataclass
 class Cause:
-    """``what``: exp | variance | cancellation | overflow; ``text``: the sentence; ``fix``; ``source``: ``file:line``."""
+    """``what``: exp | log-underflow | tiny-squares | variance | cancellation | swamped | overflow;
+    ``text``: the sentence; ``fix``; ``source``: ``file:line``."""
 
     what: str
     text: str
@@ -64,7 +87,7 @@ def _keep_fp32(device_type: str, op: str) -> str:
             "on x.float() (cast back with .to(x.dtype) if the next op needs it)")
 
 
-def _code(op: OpSeen) -> str:
+def code(op: OpSeen) -> str:
     """`` (`var = x.pow(2).mean(-1)`)``: the source line without its comment, or nothing."""
     code = (op.record.code or "").split("  #")[0].split(" # ")[0].strip()
     return f" (`{' '.join(code.split())}`)" if code else ""
@@ -92,6 +115,64 @@ def _cancelled(op: OpSeen, amax: dict) -> Optional[float]:
     return max(ins) / out if out > 0 else math.inf
 
 
+def tiny(dtype: str) -> float:
+    """The dtype's smallest normal number: below it, a value is subnormal (fewer bits) or 0."""
+    return float(torch.finfo(HALF[dtype]).smallest_normal)
+
+
+def flushed(dtype: str) -> float:
+    """Below this a value rounds to 0 in the dtype: half its smallest subnormal."""
+    info = torch.finfo(HALF[dtype])
+    return float(info.smallest_normal) * float(info.eps) / 2
+
+
+def log_of_underflow(ops: List[OpSeen], non_finite: bool,
+                     modules: Optional[Dict[int, str]] = None) -> Optional[Cause]:
+    """A low-precision ``log`` of the output of a sigmoid/softmax/exp (an op of the same call, or
+    an ``nn.Sigmoid``/``nn.Softmax`` call: ``modules`` maps a call's index to its class): the
+    probability underflows to 0 (``log(0) = -inf``) where the dtype's range ends."""
+    made = {op.record.index: op for op in ops}
+    for op in ops:
+        if op.record.op not in LOG_OPS or not low(op) or not op.record.inputs:
+            continue
+        operand = op.record.inputs[0]
+        producer = made.get(operand.from_op)
+        if producer is not None and producer.record.op in LOG_FIXES and low(producer):
+            p_name = producer.record.op
+            where = "" if producer.record.source in (None, op.record.source) else f" at {producer.record.source}"
+        elif operand.from_op is None and (modules or {}).get(operand.from_call) in LOG_MODULES:
+            p_name, where = LOG_MODULES[modules[operand.from_call]], f" (nn.{modules[operand.from_call]})"
+        else:
+            continue
+        half = op.record.out_dtypes[0]
+        outcome = ("in this run some of it rounded to 0 and log(0) = -inf" if non_finite else
+                   "small ones keep few bits (subnormal) or round to 0, where log gives -inf")
+        text = (f"{op.record.op}{code(op)} takes the log of {p_name}'s output{where}, which underflows in {half}: "
+                f"values below {flushed(half):.2g} round to 0 and values below {tiny(half):.2g} are subnormal; "
+                f"{outcome}")
+        return Cause("log-underflow", text, f"replace {op.record.op}({p_name}(…)) with {LOG_FIXES[p_name]}",
+                     op.record.source)
+    return None
+
+
+def _tiny_squares(op: OpSeen, label: str, amax: dict, device_type: str, non_finite: bool) -> Optional[Cause]:
+    """Squares (or a variance) whose float32 values are all below the dtype's smallest normal:
+    they are subnormal or 0 in it, so a normalisation without eps divides by ~0."""
+    half = op.record.out_dtypes[0]
+    biggest = amax.get(op.record.index)
+    if biggest is None or not math.isfinite(biggest) or not 0.0 < biggest < tiny(half):
+        return None
+    return Cause("tiny-squares",
+                 f"{label} runs in {half}{code(op)}: its values are at most {biggest:.2g} in float32, below {half}'s "
+                 f"smallest normal {tiny(half):.2g}, so they are subnormal (few bits) or flushed to 0 (below "
+                 f"{flushed(half):.2g}): a statistic of them is mostly rounding or 0"
+                 + (", and dividing by its square root gives inf/NaN" if non_finite else "")
+                 + " — the squares are too small, not a cancellation",
+                 "add an eps larger than them where the statistic is divided by, as nn.LayerNorm does "
+                 "(`torch.sqrt(var + 1e-5)`, or use nn.LayerNorm / F.layer_norm), and/or compute the statistics in "
+                 f"float32 ({_keep_fp32(device_type, label)})", op.record.source)
+
+
 def float32_amax(ops: List[OpSeen], ref_ops: List[OpSeen]) -> dict:
     """Op index in the half run → the float32 run's max |output| of the same op (the call's ops
     pair up one by one when both runs ran the same ops; else nothing is known)."""
@@ -100,7 +181,7 @@ def float32_amax(ops: List[OpSeen], ref_ops: List[OpSeen]) -> dict:
     return {a.record.index: b.amax for a, b in zip(ops, ref_ops) if b.amax is not None}
 
 
-def _low(op: OpSeen) -> bool:
+def low(op: OpSeen) -> bool:
     return bool(op.record.out_dtypes) and op.record.out_dtypes[0] in LOW
 
 
@@ -112,10 +193,10 @@ def overflow(class_name: str, amax: Optional[float], ref_ops: List[OpSeen], dtyp
     big = [op for op in ref_ops if op.amax is not None and op.amax > FP16_MAX]
     if big:
         op = big[0]
-        code = _code(op)
-        return Cause("overflow", f"{op.record.op}{code} reaches |x| = {op.amax:.3g} in float32, above float16's largest "
-                                 f"value {FP16_MAX:g}: it is inf in float16", _overflow_fix(device_type, op.record.op),
-                     op.record.source)
+        line = code(op)
+        return Cause("overflow", f"{op.record.op}{line} reaches |x| = {op.amax:.3g} in float32, above float16's "
+                                 f"largest value {FP16_MAX:g}: it is inf in float16",
+                     _overflow_fix(device_type, op.record.op), op.record.source)
     if amax is not None and amax > FP16_MAX:
         return Cause("overflow", f"its output reaches |x| = {amax:.3g} in float32, above float16's largest value "
                                  f"{FP16_MAX:g}", _overflow_fix(device_type, class_name))
@@ -128,27 +209,37 @@ def _overflow_fix(device_type: str, op: str) -> str:
 
 
 def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, library: bool,
-            ref_ops: Optional[List[OpSeen]] = None) -> Optional[Cause]:
+            ref_ops: Optional[List[OpSeen]] = None, non_finite: bool = False,
+            modules: Optional[Dict[int, str]] = None) -> Optional[Cause]:
     """The first op of the call, in the order it ran, that a rule of the table above covers
-    (``ref_ops``: the same call's ops in the float32 run, for their magnitudes)."""
+    (``ref_ops``: the same call's ops in the float32 run, for their magnitudes; ``non_finite``:
+    the call's output is inf/NaN in this run; ``modules``: call index → class, for the producer of
+    a log's input). A log of an underflowing probability comes first:
+    the exp/softmax before it is then not the cause, the log of its zeros is."""
     amax = float32_amax(ops, ref_ops or [])
+    found = log_of_underflow(ops, non_finite, modules)
+    if found is not None:
+        return found
     for op in ops:
-        if not _low(op):
+        if not low(op):
             continue
         name, src, in_dtype = op.record.op, op.record.source, op.record.out_dtypes[0]
-        code = _code(op)
+        line = code(op)
         if name in EXP_OPS:
-            return Cause("exp", f"{name} runs in {in_dtype}{code}: exponentials turn the rounding of large inputs "
+            return Cause("exp", f"{name} runs in {in_dtype}{line}: exponentials turn the rounding of large inputs "
                                 "into large relative errors", _keep_fp32(device_type, name), src)
         if name in SQUARE_OPS or _square(op):
             label = "x * x" if name in MUL_OPS else name
-            return Cause("variance", f"{label} runs in {in_dtype}{code}: a sum of squares / variance cancels "
+            small = _tiny_squares(op, label, amax, device_type, non_finite)
+            if small is not None:
+                return small
+            return Cause("variance", f"{label} runs in {in_dtype}{line}: a sum of squares / variance cancels "
                                      "(E[x²] − E[x]²), leaving mostly rounding",
                          _keep_fp32(device_type, label) + "; normalisations written by hand: compute the "
                          "statistics on x.float() as Hugging Face's LlamaRMSNorm does", src)
         ratio = _cancelled(op, amax)
         if ratio is not None and ratio >= CANCELLED:
-            return Cause("cancellation", f"{name} runs in {in_dtype}{code}: its result is {ratio:.3g}× smaller than "
+            return Cause("cancellation", f"{name} runs in {in_dtype}{line}: its result is {ratio:.3g}× smaller than "
                                          f"an operand, and both operands were rounded to {in_dtype} at their own "
                                          "magnitude, so the difference keeps few correct bits",
                          "the rounding happened where the operands were made: build them and subtract in "

@@ -8,6 +8,8 @@ Rules (``tol`` = :class:`~layerlab.mixed.dtypes.Tolerance` of the run's dtype):
   computation added the error (an error carried in from before is not this call's fault).
 * A flagged call with a flagged call inside it is ``inherited``: only the innermost is blamed.
   The *first* finding is the innermost flagged call that started first (forward order).
+* A precision finding whose input already lost its spread (a large offset added in half
+  precision just before it) is blamed on that add (:mod:`~layerlab.mixed.offsets`).
 * **underflow** (float16 runs) — more than 1 % of a parameter gradient's norm is carried by
   elements that are small (below 2⁻¹⁴) in float32 and exactly 0 here.
 * **gradient** — a parameter gradient's error above ``tol.grad``: a warning naming it (the
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List
 
-from layerlab.mixed import causes
+from layerlab.mixed import causes, offsets
 from layerlab.mixed.capture import Key
 from layerlab.mixed.compare import ops_by_call
 from layerlab.mixed.dtypes import FP16_MAX, UNDERFLOW_FRACTION, Tolerance
@@ -71,27 +73,39 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     ref_ops = ops_by_call(ref.ops)
     blamed = [r for r in rows if r.flags and "inherited" not in r.flags]
     overflowed = any(not r.finite for r in rows)  # inf/NaN in the forward, at a module or inside one
+    modules = {c.order: c.class_name for c in run.calls.values()}  # an op's ``from_call`` → its class
     for row in blamed[:1 + MORE_FINDINGS]:
         key: Key = (row.path, row.call)
         library = ref.calls[key].library
+        where = row.label
         if "non-finite" in row.flags:
             cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type)
             if cause is None:
                 cause = causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
-                               ref_ops.get(key, []))
+                                       ref_ops.get(key, []), non_finite=True, modules=modules)
             message = f"{row.label} ({row.class_name}) outputs inf/NaN in {label}; float32 is finite there"
             kind = "overflow" if "overflow" in row.flags else "non-finite"
         else:  # a float16 value past 65504 saturates as often as it goes non-finite (tanh(inf) = 1)
             cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type) or \
                 causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
-                               ref_ops.get(key, []))
+                               ref_ops.get(key, []), modules=modules)
             inherited = f"; its inputs carried {_eps(row.input_error, tol)}" if row.input_error else \
                 "; its inputs were exact"
             message = (f"{row.label} ({row.class_name}) loses precision in {label}: output error "
                        f"{_eps(row.error, tol)} > {tol.output:.2g}{inherited}")
             kind = "precision"
+            # its input's spread was gone before it ran: blame the op that rounded it away (only where
+            # the call's own ops explain nothing more specific than a variance or a cancellation)
+            if cause is None or cause.what in ("variance", "cancellation"):
+                lost = offsets.explain(key, row.class_name, ref, run, tol, device_type)
+                if lost is not None:
+                    cause, maker = lost
+                    if maker is not None and maker != key:
+                        where = maker[0] or "(root)"
+                        message = (f"{where} ({ref.calls[maker].class_name}) rounds away the spread of "
+                                   f"{row.label}'s input: {message}")
         overflowed = overflowed or (cause is not None and cause.what == "overflow")
-        out.append(Finding(severity="error", kind=kind, where=row.label, message=message,
+        out.append(Finding(severity="error", kind=kind, where=where, message=message,
                            cause=cause.text if cause else "I can't tell which op: it is not one the rules "
                                                             "know (see the ops column)",
                            fix=cause.fix if cause else causes.unexplained_fix(device_type),

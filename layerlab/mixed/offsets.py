@@ -1,0 +1,128 @@
+"""A module call whose input lost its spread before it ran: a large offset added in half precision.
+
+``h = emb(x) + 1000`` in bfloat16 rounds every element to a step of 4 (bfloat16 keeps 8 bits:
+at 1000 its step is 2³ · 2⁻¹ = 4), so values that differed by less than that are now equal. The
+next LayerNorm subtracts the mean and shows the loss, but the information was gone before it ran:
+running the norm in float32 does not bring it back, removing the offset (or adding it in float32)
+does. The input error precision-check measures says nothing of it (relative to 1000, a rounding
+of 2 is 0.2 %), so the norm looks like the culprit.
+
+What is measured: the *centred* input error, ``‖(x̃ − mean x̃) − (x − mean x)‖ / ‖x − mean x‖`` on
+the kept sample of the call's input (the same positions in both runs; ``x̃`` the half run's
+values, ``x`` float32's), next to the offset's size ``max |x| / max |x − mean x|`` (float32).
+When the offset is :data:`~layerlab.mixed.causes.CANCELLED` times the spread or more and the
+centred error is already above the output bar, the spread was lost before the call. The op that
+made the input is looked for among the parent call's own ops that ran just before the call, with
+no module call in between (an add/sub in half precision with a float32 ``max |x|`` matching the
+input's); found, it is blamed with its ``file:line``; not found, the finding says what it measured
+and names no op (for the model's own input: the cast rounded it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+
+from layerlab.mixed import causes
+from layerlab.mixed.capture import Key, Seen
+from layerlab.mixed.dtypes import Tolerance
+from layerlab.mixed.runs import OpSeen, RunResult
+
+#: norms that subtract the mean: an offset added just before them changes nothing in exact arithmetic
+SHIFT_INVARIANT = {"LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"}
+
+
+@dataclass
+class LostSpread:
+    """The spread of input ``index`` of a call was lost before it: ``offset`` = float32
+    ``max |x| / max |x − mean x|``; ``error``: the centred input error in the half run."""
+
+    index: int
+    offset: float
+    error: float
+    amax: float
+
+
+def _centred(sample: torch.Tensor) -> torch.Tensor:
+    finite = sample[torch.isfinite(sample)]
+    return sample - (finite.mean() if finite.numel() else 0.0)
+
+
+def lost_spread(ref_inputs: List[Seen], half_inputs: List[Seen], tol: Tolerance) -> Optional[LostSpread]:
+    """The first input whose centred values are already off by more than ``tol.output``, under an
+    offset at least :data:`~layerlab.mixed.causes.CANCELLED` times their spread."""
+    for i, (r, h) in enumerate(zip(ref_inputs, half_inputs)):
+        if r.sample.numel() < 2 or r.sample.shape != h.sample.shape or not h.finite or not r.finite:
+            continue
+        ref_centred = _centred(r.sample.double())
+        spread = float(ref_centred.abs().max())
+        amax = float(r.sample.double().abs().max())
+        if spread == 0.0 or amax / spread < causes.CANCELLED:
+            continue
+        error = float((_centred(h.sample.double()) - ref_centred).norm() / ref_centred.norm())
+        if error > tol.output:
+            return LostSpread(index=i, offset=amax / spread, error=error, amax=amax)
+    return None
+
+
+def _maker(key: Key, ref: RunResult, run: RunResult, numel: int, amax: float) -> Optional[OpSeen]:
+    """The parent call's last half-precision add/sub before ``key`` started whose output has the
+    input's size and, in float32, its ``max |x|`` (the sample's max is at most the tensor's)."""
+    call = ref.calls[key]
+    if call.parent is None:
+        return None
+    half = [op for op in run.ops if op.key == call.parent]
+    paired = causes.float32_amax(half, [op for op in ref.ops if op.key == call.parent])
+    # no module call started between the op and this one: a module in between (dropout, a
+    # projection) may have made the input instead, and then no op of this parent is named
+    before = [op for op in half if op.record.after_call == call.order and op.record.outputs
+              and math.prod(op.record.outputs[0]) == numel]
+    if not before:
+        return None
+    op = before[-1]
+    made = paired.get(op.record.index)
+    if op.record.op not in causes.CANCEL_OPS or not causes.low(op) or made is None \
+            or not (amax <= made * (1 + 1e-6) and amax >= made / 2):
+        return None
+    return op
+
+
+def explain(key: Key, class_name: str, ref: RunResult, run: RunResult, tol: Tolerance,
+            device_type: str) -> Optional[tuple]:
+    """``(cause, where)`` when the call's input lost its spread before it ran (``where``: the key
+    of the call that made the input, ``None`` when no op of it is known), else ``None``."""
+    if key not in run.calls:
+        return None
+    lost = lost_spread(ref.calls[key].inputs, run.calls[key].inputs, tol)
+    if lost is None:
+        return None
+    seen = ref.calls[key].inputs[lost.index]
+    op = _maker(key, ref, run, seen.numel, lost.amax)
+    name = f"{key[0] or '(root)'} ({class_name})"
+    measured = (f"its input is a large offset (|x| up to {lost.amax:.3g}) {lost.offset:.3g}× bigger than the "
+                f"spread around it, and that spread is off by {lost.error:.2g} already on the way in")
+    same = ("; the norm after it subtracts the mean anyway, so without the offset the model computes the same "
+            "thing" if class_name in SHIFT_INVARIANT else "")
+    if op is None and ref.calls[key].parent is None and run.setting.kind == "cast":  # the cast rounded it
+        return causes.Cause(
+            "swamped", f"{measured}: the model's input was rounded at the offset's magnitude when it was cast to "
+            f"{run.setting.dtype}, before {name} ran", "subtract the offset from the input in float32 before "
+            f"casting it (or feed it in float32){same}"), None
+    if op is None:
+        return causes.Cause(
+            "swamped", f"{measured}: the values were rounded at the offset's magnitude before {name} ran, which "
+            "only shows the loss", f"remove the large offset before {name}, or add it in float32{same}"), None
+    low = op.record.out_dtypes[0]
+    step = 2.0 ** math.floor(math.log2(lost.amax)) * float(torch.finfo(getattr(torch, low)).eps)  # ulp at amax
+    return causes.Cause(
+        "swamped", f"{op.record.op} runs in {low}{causes.code(op)}: it makes values of |x| up to {lost.amax:.3g}, "
+        f"{lost.offset:.3g}× their spread, and {low}'s step there is {step:.3g}, so the spread is "
+        f"lost here: {name} only shows it (its centred input is off by {lost.error:.2g}), and running it in "
+        "float32 cannot bring it back",
+        f"remove the offset (or subtract it again before rounding){same}; or do that {op.record.op} and {name} in "
+        f"float32 (the {op.record.op} on .float() values, {name} inside "
+        f"`with torch.autocast(\"{device_type}\", enabled=False):`)", op.record.source), op.key
+
