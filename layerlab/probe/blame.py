@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
-from layerlab.probe import channel_rules, loss_rules
+from layerlab.probe import channel_rules, hf_rules, loss_rules, upstream_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import mha, transformer_masks
@@ -146,6 +146,7 @@ def _tuple_rule(ctx: FailureContext) -> Optional[Diagnosis]:
 
 _RULES: List[tuple] = [
     (nn.Linear, R.linear),
+    (nn.Conv3d, channel_rules.video_frames_first),
     (nn.modules.conv._ConvNd, R.conv),
     (nn.RNNBase, R.rnn),
     (nn.MultiheadAttention, mha),
@@ -155,6 +156,9 @@ _RULES: List[tuple] = [
     (nn.modules.batchnorm._BatchNorm, R.batch_norm),
     (nn.GroupNorm, R.group_norm),
     (nn.Embedding, R.embedding),
+    (nn.PixelShuffle, upstream_rules.pixel_shuffle),
+    (nn.Unflatten, upstream_rules.unflatten),
+    ((nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd), upstream_rules.pool_too_small),
     loss_rules.MODULES,
 ]
 
@@ -162,8 +166,11 @@ _RULES: List[tuple] = [
 def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     """Explain why the failing call raised ``ctx.exc``, or ``None`` when no rule applies."""
     failed = ctx.failed_op
+    found = _safe(lambda: hf_rules.diagnose(ctx, failed))  # the inputs read against a model's config
+    if found is not None:
+        return found
     if failed is not None:
-        found = _safe(lambda: diagnose_op(ctx, failed))
+        found = _safe(lambda: upstream_rules.cat_after_upsample(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed))
         if found is not None:
             return found
     module = ctx.module

@@ -63,3 +63,28 @@ def channels_last(ctx) -> Optional[Diagnosis]:
         alternatives=[f"not num_channels={shape[1]}: dim 1 holds the image's rows ({shape[1]}), not its channels"],
         rule=f"{type(m).__name__}: pixel_values (N, num_channels, {spatial}); channels-last → first is permute{tuple(dims)}",
     )
+
+
+def video_frames_first(ctx) -> Optional[Diagnosis]:
+    """Conv3d fed clips as video loaders stack them, (N, T, C, H, W) — frames first, each C×H×W —
+    where Conv3d reads (N, C, T, H, W). The wanted channel count on dim 2 (and only there), not on
+    dim 1, is that layout; a size fix (``in_channels=T``) would convolve across the channels with
+    the frames as channels, so it is only the alternative."""
+    m, x = ctx.module, ctx.arg("input", 0)
+    if not isinstance(m, torch.nn.Conv3d) or not isinstance(x, torch.Tensor) or x.dim() != 5:
+        return None
+    shape, C = list(x.shape), m.in_channels
+    if shape[1] == C or shape[2] != C or C in (shape[3], shape[4]):
+        return None  # several axes fit (or none): the general conv rule says what it can
+    dims = [0, 2, 1, 3, 4]
+    return Diagnosis(
+        f"Conv3d expects C = in_channels = {C} input channels, got {shape[1]} (input {shape}); {C} sits on "
+        f"dim 2: the input is laid out (N, T, C, H, W) — frames first, as video loaders stack them — "
+        f"where Conv3d reads (N, C, T, H, W)",
+        expected=C, got=shape[1], cause="layout",
+        hint=f"move the channels before the frames: x.transpose(1, 2) → {[shape[d] for d in dims]}",
+        fix=FixStep("permute-input", ctx.path, "x.transpose(1, 2)",
+                    {"arg": ctx.key("input", 0), "dims": dims, "restore": None}),
+        alternatives=[f"set in_channels={shape[1]} — only if dim 1 really holds the channels and dim 2 the depth"],
+        rule=f"Conv3d: input (N, C_in = in_channels, D, H, W) — weight {list(m.weight.shape)}, groups={m.groups}",
+    )

@@ -62,7 +62,8 @@ def _undoes(ctx, t: torch.Tensor, perm: List[int]) -> bool:
 
 def _operand_names(code: Optional[str], count: int) -> List[str]:
     """``["q", "k"]`` from ``torch.einsum("…", q, k)`` on the source line (else operand 0, 1 …)."""
-    found = re.search(r"einsum\(\s*(['\"]).*?\1\s*,\s*\[?(.*?)\]?\s*\)\s*$", code or "")
+    code = re.sub(r"\s+#[^'\"]*$", "", code or "")  # a trailing comment is not part of the call
+    found = re.search(r"einsum\(\s*(['\"]).*?\1\s*,\s*\[?(.*?)\]?\s*\)\s*$", code)
     if found:
         names = [n.strip() for n in found.group(2).split(",")]
         if len(names) == count and all(re.fullmatch(r"[A-Za-z_][\w.]*", n) for n in names):

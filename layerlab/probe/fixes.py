@@ -6,7 +6,8 @@ to the copy, never to the user's model:
 * ``permute-input`` / ``reshape-input`` / ``cast-input``: a forward pre-hook on the module at
   ``where`` changes that one argument (and a forward hook permutes the output back when the fix
   keeps the layout, ``restore``);
-* ``set-attr``: sets an attribute that forward reads (``batch_first``), weights kept;
+* ``set-attr``: sets an attribute that forward reads (``batch_first``, ``config.problem_type``), weights kept;
+* ``call-kwarg``: adds a keyword argument to the module's calls (``output_size=`` of a ConvTranspose);
 * ``set-arg``: rebuilds the module with one constructor argument changed (the other arguments read
   back from the module; its weights are new, as a user's edit would make them);
 * ``replace-op``: one op at one source line is called differently (``view`` → ``reshape``, another
@@ -46,6 +47,12 @@ def _convert(value: Any, to: str) -> Any:
         for dim in to[len("insert:"):].split(","):
             value = value.unsqueeze(int(dim))
         return value
+    if to.startswith("crop:"):  # "crop:10,10" → mask[:10, :10] (a max_len causal mask cut to the sequence)
+        rows, cols = (int(v) for v in to[len("crop:"):].split(","))
+        return value[..., :rows, :cols]
+    if to.startswith("narrow:"):  # "narrow:1:32" → x[:, :32] (a sequence cut to the model's length)
+        dim, length = (int(v) for v in to[len("narrow:"):].split(":"))
+        return value.narrow(dim, 0, min(length, value.shape[dim]))
     if to.startswith(("cpu", "cuda", "mps", "xpu", "meta")):
         return value.to(to)
     return value.to(getattr(torch, to))
@@ -70,6 +77,15 @@ def _change_input(kind: str, params: Dict[str, Any]) -> Callable[[Any], Any]:
 
 
 def _pre_hook(arg, change):
+    if isinstance(arg, list):  # several arguments changed alike (input_ids and attention_mask cut to one length)
+        hooks = [_pre_hook(one, change) for one in arg]
+
+        def each(module, args, kwargs):
+            for hook in hooks:
+                args, kwargs = hook(module, args, kwargs) or (args, kwargs)
+            return args, kwargs
+        return each
+
     def hook(module, args, kwargs):
         if isinstance(arg, int):
             if arg >= len(args):
@@ -87,6 +103,13 @@ def _restore_hook(dims):
         if isinstance(output, torch.Tensor):
             return output.permute(*dims)
         return None
+
+    return hook
+
+
+def _keyword_hook(name: str, value: Any):
+    def hook(module, args, kwargs):
+        return args, {**kwargs, name: value}
 
     return hook
 
@@ -232,8 +255,13 @@ def apply_step(fixed: FixedModel, step: FixStep) -> None:
         target.register_forward_pre_hook(_pre_hook(p["arg"], _change_input(step.kind, p)), with_kwargs=True)
         if p.get("restore"):
             target.register_forward_hook(_restore_hook(p["restore"]))
-    elif step.kind == "set-attr":
-        setattr(target, p["name"], p["value"])
+    elif step.kind == "set-attr":  # a dotted name reaches into an attribute: "config.problem_type"
+        *owners, name = p["name"].split(".")
+        for owner in owners:
+            target = getattr(target, owner)
+        setattr(target, name, p["value"])
+    elif step.kind == "call-kwarg":  # one keyword argument added to the module's calls: output_size=…
+        target.register_forward_pre_hook(_keyword_hook(p["name"], p["value"]), with_kwargs=True)
     elif step.kind == "set-arg":
         new = rebuild(target, {p["name"]: p["value"]})
         if not step.where:

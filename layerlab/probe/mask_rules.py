@@ -112,6 +112,8 @@ def mha(ctx) -> Optional[Diagnosis]:
                 return _batch_first(ctx, m, f"attn_mask {list(mask.shape)} is (N·num_heads, L, S) for the other layout", rule)
             if ok3 is not None and list(mask.shape) == [n, L, S]:  # one mask per sequence, none per head
                 return _per_sequence_mask(ctx, m, mask, ok3)
+            if L == S and mask.dim() == 2 and mask.shape[0] == mask.shape[1] > L and _causal(mask):
+                return _causal_crop(ctx, mask, L, rule)
             return Diagnosis(
                 f"attn_mask must be (L, S) = {ok2}" + (f" or (N·num_heads, L, S) = {ok3}" if ok3 else "")
                 + f", got {list(mask.shape)}",
@@ -121,6 +123,43 @@ def mha(ctx) -> Optional[Diagnosis]:
                 rule="attn_mask: True / −inf = may not attend; 2-D is shared by every batch and head",
             )
     return None
+
+
+def _causal(mask: torch.Tensor) -> bool:
+    """Whether ``mask`` hides exactly the future (bool True, or −inf, above the diagonal)."""
+    future = torch.ones(mask.shape, dtype=torch.bool, device=mask.device).triu(1)
+    if mask.dtype == torch.bool:
+        return bool((mask == future).all())
+    if not mask.is_floating_point():
+        return False
+    return bool((mask[future] < -1e4).all() and (mask[~future] == 0).all())
+
+
+def _causal_crop(ctx, mask: torch.Tensor, L: int, rule: str) -> Diagnosis:
+    """A causal mask built once for the longest sequence (``max_len``) and passed whole for a
+    shorter one: its top-left L×L corner *is* the causal mask of length L, so the slice is exact."""
+    from layerlab.probe.hooks import forward_arg_names
+
+    M = mask.shape[0]
+    where, key, name = ctx.path, ctx.key("attn_mask", 5), "attn_mask"
+    for path, args, kwargs in ctx.outer:  # slice it where the user passes it
+        hit = [(i, a) for i, a in enumerate(args) if a is mask] + [(k, a) for k, a in kwargs.items() if a is mask]
+        if hit:
+            root = ctx.recorder.root
+            names = forward_arg_names(type(root.get_submodule(path) if path else root))
+            key = hit[0][0]
+            where, name = path, key if isinstance(key, str) else (names[key] if key < len(names) else "mask")
+            break
+    code = f"{name}[:{L}, :{L}]"
+    return Diagnosis(
+        f"attn_mask is a causal mask for {M} positions ({M}×{M}), but the sequence has {L}: it must be ({L}, {L})",
+        expected=[L, L], got=list(mask.shape), cause="mask-shape",
+        hint=f"slice it to the sequence length: {code} (in general [:T, :T] with T = x.size(1)) — the top-left "
+             f"corner of a causal mask is the causal mask of the shorter sequence",
+        fix=FixStep("cast-input", where, code, {"arg": key, "to": f"crop:{L},{L}"}),
+        alternatives=[f"or build it per call: nn.Transformer.generate_square_subsequent_mask({L})"],
+        rule=rule + "; attn_mask (L, S)",
+    )
 
 
 def _per_sequence_mask(ctx, m, mask: torch.Tensor, ok3: list) -> Diagnosis:

@@ -194,9 +194,10 @@ class FixStep:
     kinds: ``permute-input`` (``dims``, ``restore``: permute the module's input, and back after),
     ``reshape-input`` (``op``: flatten/unsqueeze, ``repeat_interleave`` of a per-batch mask over the
     heads, ``first``: the first element of a tuple the module was given), ``cast-input``
-    (``to``: long/bool/eq0),
+    (``to``: long/bool/eq0, ``crop:L,S`` / ``narrow:dim:n`` to cut a mask or a sequence),
     ``set-arg`` (rebuild the module with ``name=value``), ``set-attr`` (``name=value`` on the
-    module), ``replace-op`` (at ``site``: another op or argument for that one call).
+    module, dotted names allowed), ``call-kwarg`` (add ``name=value`` to the module's calls),
+    ``replace-op`` (at ``site``: another op or argument for that one call).
     """
 
     kind: str
