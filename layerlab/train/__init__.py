@@ -7,5 +7,9 @@ One concept per module: :mod:`~layerlab.train.run` (the loop and ``train_check``
 :mod:`~layerlab.train.frozen` (parameters that never changed, and why), :mod:`~layerlab.train.diverge`
 (the first NaN/Inf and its module), :mod:`~layerlab.train.unregistered` (tensors the loss trains
 through that are not registered parameters), :mod:`~layerlab.train.squashed` (a softmax/sigmoid before
-a loss that applies one itself), :mod:`~layerlab.train.report` (the result objects).
+a loss that applies one itself), :mod:`~layerlab.train.objective` (the loss built from the first step's output),
+:mod:`~layerlab.train.forward_blame` (the module a raising forward failed in, from ``layerlab.inspect``),
+:mod:`~layerlab.train.replay` (the run again from the same weights with one thing changed, the evidence
+for :mod:`~layerlab.train.high_dropout`, dropout too high to overfit, and :mod:`~layerlab.train.summed`,
+a loss summed over the batch under SGD), :mod:`~layerlab.train.report` (the result objects).
 """

@@ -31,10 +31,12 @@ import torch
 from layerlab.errors import CheckFailed, LayerlabError, Problem, SpecError, UsageError
 from layerlab.target.bind import describe, map_args
 from layerlab.spec.limits import clean_text
-from layerlab.train import diverge, fit, frozen, loss as L, squashed, unregistered
+from layerlab.train import (diverge, fit, forward_blame, frozen, high_dropout, loss as L, replay, squashed, summed,
+                            unregistered)
+from layerlab.train.objective import build_objective, spec_target as _spec_target  # noqa: F401 (benchmark)
 from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
-from layerlab.train.section import MAX_STEPS, TrainSection, check_lr, parse_section
+from layerlab.train.section import MAX_STEPS, check_lr, parse_section
 from layerlab.train.updates import Tracker, ratio_findings
 
 __all__ = ["train_check", "train_target", "DEFAULT_STEPS"]
@@ -141,19 +143,37 @@ def _train_target(built: Any, *, loss: Any, target: Any, output: Any, steps: Opt
     positional = [a.value for a in args if not a.keyword]
     keyword = {a.name: a.value for a in args if a.keyword}
     _materialise(model, positional, keyword)
-    opt, opt_text, rate = build_optimizer(optimizer if optimizer is not None else section.optimizer or "adam",
-                                          lr if lr is not None else section.lr, model, original)
+    chosen_opt, chosen_lr = optimizer if optimizer is not None else section.optimizer or "adam", \
+        lr if lr is not None else section.lr
+    opt, opt_text, rate = build_optimizer(chosen_opt, chosen_lr, model, original)
+    # the weights before the first step, for a replay that tests a finding's cause (see replay.py)
+    initial = replay.snapshot(model) if summed.scales_with_loss(opt) or high_dropout.high(model) else None
     t0 = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(built.seed)
         run = _Run(model, positional, keyword, opt, steps, built.seed, progress)
-        objective = run.go(lambda out: _objective(out, section, loss, target, output, built, args, at))
+        objective = run.go(lambda out: build_objective(out, section, loss, target, output, built, args, at))
     chosen = optimizer if optimizer is not None else section.optimizer
     # the lr is this check's choice (not the user's): a named optimizer or a class, with no lr given
     default_lr = lr is None and section.lr is None and (chosen is None or isinstance(chosen, (str, type)))
-    report = _report(built, model, run, objective, opt_text, rate, steps, args, opt, default_lr)
+    again = _replayer(model, initial, positional, keyword, objective, steps, built.seed,
+                      lambda twin: build_optimizer(chosen_opt, chosen_lr, twin, original)[0])
+    report = _report(built, model, run, objective, opt_text, rate, steps, args, opt, default_lr, again)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _replayer(model, initial, positional, keyword, objective, steps, seed, make_optimizer):
+    """``again(scale=None, change=None)``: the run replayed from ``initial`` with the loss scaled by
+    ``scale(value)`` or the model changed by ``change(copy)`` (``None`` without a snapshot)."""
+    if initial is None or objective is None:
+        return None
+    values = objective.target.numel() if objective.target is not None else None
+
+    def again(scale=None, change=None):
+        loss = objective if scale is None else (lambda out: scale(objective(out)))
+        return replay.replay(model, initial, positional, keyword, loss, make_optimizer, steps, seed, values, change)
+    return again
 
 
 def _materialise(model: torch.nn.Module, positional: list, keyword: Dict[str, Any]) -> None:
@@ -178,6 +198,7 @@ class _Run:
         self.loss_reach: set = set()
         self.output_reach: Dict[str, set] = {}
         self.nonfinite = None
+        self.summed = None  # the first step's loss is a sum over many elements (summed.py)
         self.early: List[Problem] = []  # seen in the first step's graph: unregistered tensors, a double softmax
 
     def go(self, make_objective: Callable[[Any], L.Objective]) -> L.Objective:
@@ -195,6 +216,7 @@ class _Run:
                     self.loss_reach = frozen.reachable([value])
                     self.output_reach = frozen.output_reach(out, skip=objective.output_path)
                     self.early = unregistered.findings(self.model, unregistered.leaves([value]))
+                    self.summed = summed.detect(value)
                     wrong_input = squashed.findings(objective, L.select(out, objective.output_path),
                                                     self.watch.made_by)
                     self.early += [wrong_input] if wrong_input is not None else []
@@ -229,9 +251,9 @@ class _Run:
         except LayerlabError:
             raise
         except Exception as exc:
-            raise CheckFailed(f"the model raised at step {step}: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                              where=f"step {step}", hint="layerlab inspect on the same spec names the failing "
-                              "module") from None
+            self.watch.remove()  # the run is over; its hooks (and autograd nodes) stay off inspect's copy
+            raise forward_blame.forward_failed(self.model, self.positional, self.keyword, step, exc,
+                                               self.seed + step) from None
 
     def _backward(self, value: torch.Tensor, step: int) -> None:
         try:
@@ -266,69 +288,16 @@ def _loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
     return value
 
 
-def _objective(out: Any, section: TrainSection, loss: Any, target: Any, output: Any, built: Any, args, at
-               ) -> L.Objective:
-    """The loss, the output it reads and the target, from the first step's output."""
-    choice = output if output is not None else section.output
-    path, own_loss = L.pick_output(out, choice, at("output") if output is None else "output")
-    chosen = loss if loss is not None else section.loss
-    if chosen is None:
-        chosen = "model" if own_loss else "mse"
-    name, fn = L.loss_function(chosen, at("loss") if loss is None else "loss")
-    pred = L.select(out, path)
-    if fn is None:  # the model's output is the loss
-        if pred.dim() != 0:
-            raise SpecError(f"loss: model reads the loss the model returns, but {path} has shape {list(pred.shape)}",
-                            where=at("loss"), hint="give the model its labels (a Hugging Face model returns "
-                            "output.loss then), or name a loss: mse, cross_entropy")
-        own = "the model's own loss" if path == "output['loss']" else \
-            f"the scalar the model returns at {path}, read as its own loss"
-        return L.Objective(name, path, None, None, own, choice is not None)
-    if target is not None:
-        if not isinstance(target, torch.Tensor):
-            raise UsageError("target is a tensor", where="target", got=type(target).__name__)
-        value, source = target.detach(), "given"
-    elif section.target is not None:
-        value, source = _spec_target(section.target, pred, built, args), "the spec's train: target"
-    else:
-        value = L.make_target(name, pred, built.seed, fn)
-        source = L.target_source(L.target_kind(name, fn), built.seed)
-    L.check_target(name, pred, value, at("target") if target is None else "target")
-    # a loss that rejects the pair is reported at the spec's target when it wrote one, else at its loss
-    blame = "target" if target is not None else at("target") if section.target is not None else \
-        at("loss") if loss is None else "loss"
-    return L.Objective(name, path, fn, value, source, choice is not None, where=blame)
-
-
-def _spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tensor:
-    if spec.same_as is not None:
-        names = {a.name: a.value for a in args}
-        if spec.same_as not in names:
-            raise SpecError(f"train: target is same_as {spec.same_as!r}, which is not an input", where=spec.where,
-                            expected=list(names), got=spec.same_as)
-        return names[spec.same_as].detach()
-    from layerlab.spec.inputs import make_inputs
-
-    dtype = str(pred.dtype).replace("torch.", "") if pred.is_floating_point() else "float32"
-    value = make_inputs([spec], seed=L.target_seed(built.seed), dtype=dtype, device=str(pred.device))["target"]
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    try:  # a literal written in the spec (target: 0.5, target: [[1, 0]]): numbers only
-        return torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError):
-        raise SpecError("train: target is a tensor, written like an input", where=spec.where,
-                        expected="{shape: [8], low: 0, high: 10}, a number, or same_as: an input",
-                        got=value) from None
-
-
-def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt, default_lr: bool) -> TrainReport:
+def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt, default_lr: bool,
+            again) -> TrainReport:
     tracker = run.tracker
     trainable = sum(p.numel() for p in tracker.params if p.requires_grad)
     target_values = None if objective is None or objective.target is None else objective.target.numel()
     verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None)
-    if verdict.verdict in ("falls", "slow") and frozen.active_dropout(model):
+    dropout = high_dropout.findings(model, verdict, again)  # p > 0.5: replayed with dropout off
+    if verdict.verdict in ("falls", "slow") and frozen.active_dropout(model) and "dropout" not in verdict.message:
         verdict.message += "; dropout is active (train mode), which keeps the loss of one batch noisy and above 0"
-    flags: List[Problem] = []
+    flags: List[Problem] = [dropout] if dropout is not None else []
     if run.nonfinite is not None:
         nf = run.nonfinite
         flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} not finite — {nf.message}",
@@ -367,6 +336,10 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     negative = L.negative_loss(objective, run.losses)
     if negative is not None:
         flags.append(negative)
+    failed = run.nonfinite is not None or verdict.verdict in ("rises", "flat") or any(
+        f.code == "unstable" for f in flags)
+    summed_loss = summed.findings(run.summed, opt, rate, failed, flags, again)  # replayed with the loss / N
+    flags[:0] = [summed_loss] if summed_loss is not None else []
     stuck = [f"{f.code} {f.where}" for f in flags if f.severity == "error" and f.code in _STUCK]
     if verdict.verdict in ("falls", "slow") and stuck:
         # the "more steps or a larger lr" advice is wrong when parameters cannot learn at all

@@ -12,13 +12,7 @@ from layerlab.errors import CheckFailed, UsageError
 from layerlab.train.run import train_check
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # other jobs share this machine's cores: one thread avoids waiting on a descheduled one
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
 
 @pytest.fixture
