@@ -25,6 +25,12 @@ Columns (medians over ``--repeats``, the variants interleaved in one process aft
 * ratio     check / fp32 (the issue's budget: ≤ 3×), and check / (fp32 + autocast): the check's own
             cost on top of the two steps it cannot avoid (on CPUs without fast bf16 kernels the
             autocast step alone is 2–3× a float32 one)
+* floor     (``--floor``) the least any module-by-module comparison costs, with no layerlab code:
+            the fp32 step and the autocast step, each with bare torch hooks on every module that
+            keep 4096 sampled values of each floating input and output and say whether it is finite
+            (a ``sum``), ``aminmax`` of the fp32 run's outputs (float16 overflow), the same for each
+            output gradient (a tensor hook), then one stacked ``‖a − b‖ / ‖b‖`` per sample pair
+            (see :class:`Floor`). check / floor is layerlab's own cost on top of that.
 """
 
 from __future__ import annotations
@@ -70,6 +76,68 @@ def plain_step(target, autocast: bool) -> None:
     torch.autograd.grad(outs, params, grad_outputs=grads, allow_unused=True)
 
 
+class Floor:
+    """The two steps with the least work a module-by-module comparison needs (no layerlab code)."""
+
+    SAMPLES = 4096
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.positions = {}
+
+    def _keep(self, t, kept, measure):
+        flat = t.detach().reshape(-1)
+        n = flat.numel()
+        if n > self.SAMPLES:
+            idx = self.positions.get(n)
+            if idx is None:
+                idx = self.positions[n] = torch.randint(n, (self.SAMPLES,), generator=torch.Generator().manual_seed(n))
+            sample = flat.index_select(0, idx)
+        else:
+            sample = flat.clone()
+        finite = float(flat.sum())
+        if measure:
+            torch.stack(torch.aminmax(flat)).tolist()
+        kept.append((n, sample.float(), finite))
+
+    def _step(self, autocast: bool) -> list:
+        kept, handles = [], []
+        floating = lambda v: [t for t in (v if isinstance(v, (tuple, list)) else (v,))  # noqa: E731
+                              if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+        def pre(module, args):
+            for t in floating(args):
+                self._keep(t, kept, False)
+
+        def post(module, args, output):
+            outs = output if isinstance(output, (tuple, list)) else (output,)
+            flat = [t for o in outs for t in floating(o)]
+            for t in flat:
+                self._keep(t, kept, not autocast)
+                if t.requires_grad:
+                    handles.append(t.register_hook(lambda g: self._keep(g, kept, False)))
+
+        for m in self.target.module.modules():
+            handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+        try:
+            plain_step(self.target, autocast)
+        finally:
+            for h in handles:
+                h.remove()
+        return kept
+
+    def __call__(self) -> None:
+        ref, half = self._step(False), self._step(True)
+        pairs = [(a[1], b[1]) for a, b in zip(half, ref) if a[0] == b[0]]
+        by_len = {}
+        for a, b in pairs:
+            by_len.setdefault(a.numel(), []).append((a, b))
+        for group in by_len.values():
+            x = torch.stack([a for a, _ in group]).double()
+            y = torch.stack([b for _, b in group]).double()
+            (torch.linalg.vector_norm(x - y, dim=1) / torch.linalg.vector_norm(y, dim=1)).tolist()
+
+
 CLOCK = time.perf_counter
 
 
@@ -79,7 +147,7 @@ def timed(fn) -> float:
     return CLOCK() - start
 
 
-def bench(name: str, repeats: int, warmup: int) -> dict:
+def bench(name: str, repeats: int, warmup: int, floor: bool = False) -> dict:
     if name in BATCHED:
         from layerlab.spec.validate import Overrides
 
@@ -92,6 +160,8 @@ def bench(name: str, repeats: int, warmup: int) -> dict:
         "autocast": lambda: plain_step(target, autocast=True),
         "check": lambda: check_target(target),
     }
+    if floor:
+        variants["floor"] = Floor(target)
     for _ in range(warmup):
         for fn in variants.values():
             fn()
@@ -102,7 +172,9 @@ def bench(name: str, repeats: int, warmup: int) -> dict:
             times[k].append(timed(variants[k]))
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"model": name, **med, "ratio": med["check"] / med["fp32"],
-            "own": med["check"] / (med["fp32"] + med["autocast"])}
+            "own": med["check"] / (med["fp32"] + med["autocast"]),
+            "floor_ratio": med["floor"] / med["fp32"] if floor else None,
+            "over_floor": med["check"] / med["floor"] if floor else None}
 
 
 def main() -> None:
@@ -115,6 +187,8 @@ def main() -> None:
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="cpu: this thread's CPU time (time.thread_time; with --threads 1 every kernel runs on "
                              "it), steadier than wall time when other processes share the cores")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the floor (the two steps with bare hooks doing the least work, see above)")
     ns = parser.parse_args()
     global CLOCK
     CLOCK = time.thread_time if ns.clock == "cpu" else time.perf_counter
@@ -123,11 +197,14 @@ def main() -> None:
     torch.set_num_threads(ns.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {ns.clock} clock, medians of {ns.repeats}")
     print(f"{'model':<12} {'fp32 ms':>9} {'autocast ms':>12} {'check ms':>9} {'check/fp32':>11} "
-          f"{'check/(fp32+autocast)':>22}")
+          f"{'check/(fp32+autocast)':>22}" + (f" {'floor/fp32':>11} {'check/floor':>12}" if ns.floor else ""))
     for name in ns.models:
-        r = bench(name, ns.repeats, ns.warmup)
-        print(f"{r['model']:<12} {r['fp32'] * 1e3:>9.1f} {r['autocast'] * 1e3:>12.1f} {r['check'] * 1e3:>9.1f} "
-              f"{r['ratio']:>10.2f}× {r['own']:>21.2f}×")
+        r = bench(name, ns.repeats, ns.warmup, ns.floor)
+        line = (f"{r['model']:<12} {r['fp32'] * 1e3:>9.1f} {r['autocast'] * 1e3:>12.1f} {r['check'] * 1e3:>9.1f} "
+                f"{r['ratio']:>10.2f}× {r['own']:>21.2f}×")
+        if ns.floor:
+            line += f" {r['floor_ratio']:>10.2f}× {r['over_floor']:>11.2f}×"
+        print(line)
 
 
 if __name__ == "__main__":
