@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -73,16 +73,18 @@ LOW = {"float16", "bfloat16"}
 
 @dataclass
 class Cause:
-    """``what``: exp | log-underflow | tiny-squares | variance | cancellation | swamped | overflow;
+    """``what``: exp | sensitive | log-underflow | tiny-squares | eps-underflow | variance | cancellation |
+    swamped | absorbed | overflow (:mod:`~layerlab.mixed.magnitude` has sensitive, eps-underflow, absorbed);
     ``text``: the sentence; ``fix``; ``source``: ``file:line``."""
 
     what: str
     text: str
     fix: str
     source: Optional[str] = None
+    operand_call: Optional[int] = None  # a cancellation's large operand made by this module call (its index)
 
 
-def _keep_fp32(device_type: str, op: str) -> str:
+def keep_fp32(device_type: str, op: str) -> str:
     return (f"keep {op} in float32: run it inside `with torch.autocast(\"{device_type}\", enabled=False):` "
             "on x.float() (cast back with .to(x.dtype) if the next op needs it)")
 
@@ -101,18 +103,39 @@ def _square(op: OpSeen) -> bool:
             and (ins[0].from_op is not None or ins[0].from_call is not None))
 
 
-def _cancelled(op: OpSeen, amax: dict) -> Optional[float]:
-    """How many times larger (float32 max |x|) an operand made by this call's own ops is than this
-    add/sub's result, or ``None`` (not an add/sub, or magnitudes unknown). ``amax``: op index in
-    this run → the float32 run's max |output| of the same op."""
-    if op.record.op not in CANCEL_OPS or len(op.record.inputs) != 2:
+def _cancelled(op: OpSeen, amax: dict,
+               sizes: Optional["Sizes"] = None) -> Optional[Tuple[float, Optional[int]]]:  # noqa: F821
+    """How many times larger (float32 max |x|) an operand is than this add/sub's result, and the
+    module call that made that operand (``None``: an op of this call or a number), or ``None``
+    (not an add/sub of two operands, or magnitudes unknown). Operands: this call's own ops
+    (``amax``: op index in this run → the float32 run's max |output| of the same op), other
+    calls' ops and module calls' outputs (``sizes``: :class:`~layerlab.mixed.magnitude.Sizes`)
+    and Python numbers (``1 - cos``)."""
+    from layerlab.mixed.magnitude import Sizes, operand_sizes, scalars
+
+    if op.record.op not in CANCEL_OPS or len(op.record.inputs) + len(scalars(op)) != 2:
         return None
     out = amax.get(op.record.index)
-    ins = [amax.get(i.from_op) for i in op.record.inputs if i.from_op is not None]
-    ins = [a for a in ins if a is not None and math.isfinite(a)]
+    ins = [(a, c) for a, c in operand_sizes(op, amax, sizes or Sizes()) if math.isfinite(a)]
     if out is None or not ins or not math.isfinite(out):
         return None
-    return max(ins) / out if out > 0 else math.inf
+    size, maker = max(ins, key=lambda p: p[0])
+    return (size / out if out > 0 else math.inf), maker
+
+
+def _squares_behind(op: OpSeen, made: Dict[int, OpSeen]) -> Optional[OpSeen]:
+    """The square op (pow, x * x, …) an operand of this add/sub was made from, through means and
+    sums: ``x.pow(2).mean() - m * m`` is a variance written as E[x²] − E[x]²."""
+    for operand in op.record.inputs:
+        index = operand.from_op
+        while index is not None and index in made:
+            maker = made[index]
+            if maker.record.op in SQUARE_OPS or _square(maker):
+                return maker
+            if maker.record.op not in ("mean", "sum", "nanmean", "nansum") or not maker.record.inputs:
+                break
+            index = maker.record.inputs[0].from_op
+    return None
 
 
 def tiny(dtype: str) -> float:
@@ -170,7 +193,7 @@ def _tiny_squares(op: OpSeen, label: str, amax: dict, device_type: str, non_fini
                  + " — the squares are too small, not a cancellation",
                  "add an eps larger than them where the statistic is divided by, as nn.LayerNorm does "
                  "(`torch.sqrt(var + 1e-5)`, or use nn.LayerNorm / F.layer_norm), and/or compute the statistics in "
-                 f"float32 ({_keep_fp32(device_type, label)})", op.record.source)
+                 f"float32 ({keep_fp32(device_type, label)})", op.record.source)
 
 
 def float32_amax(ops: List[OpSeen], ref_ops: List[OpSeen]) -> dict:
@@ -196,62 +219,105 @@ def overflow(class_name: str, amax: Optional[float], ref_ops: List[OpSeen], dtyp
         line = code(op)
         return Cause("overflow", f"{op.record.op}{line} reaches |x| = {op.amax:.3g} in float32, above float16's "
                                  f"largest value {FP16_MAX:g}: it is inf in float16",
-                     _overflow_fix(device_type, op.record.op), op.record.source)
+                     _rewrite(op, ref_ops) + _overflow_fix(device_type, op.record.op), op.record.source)
     if amax is not None and amax > FP16_MAX:
         return Cause("overflow", f"its output reaches |x| = {amax:.3g} in float32, above float16's largest value "
                                  f"{FP16_MAX:g}", _overflow_fix(device_type, class_name))
     return None
 
 
+#: products whose result is often scaled down right after (attention's ``q @ k.T / √d``)
+PRODUCT_OPS = {"matmul", "__matmul__", "bmm", "mm", "einsum", "baddbmm"}
+SCALED_BY = {"div", "__truediv__", "true_divide", "mul", "__mul__", "__rmul__"}
+
+
+def _rewrite(op: OpSeen, ops: List[OpSeen]) -> str:
+    """A rewrite that never forms the large value, where the code has a known one: an exp whose
+    large values a max subtraction (softmax, logsumexp, softplus) avoids; a product scaled down
+    only after it was formed."""
+    name = op.record.op
+    if name in ("exp", "exp2"):
+        return ("never form exp of a large value: subtract the max first (`x - x.amax(dim, keepdim=True)`) — "
+                "torch.softmax, torch.logsumexp, F.softplus (for log(1 + exp(z))) and torch.logaddexp do — ; ")
+    if name in PRODUCT_OPS:
+        used = [o for o in ops if any(i.from_op == op.record.index for i in o.record.inputs)]
+        if used and used[0].record.op in SCALED_BY and len(used[0].record.inputs) == 1:
+            return ("scale an operand before the product instead of the product after it (`(q * d ** -0.5) @ "
+                    "k.transpose(-2, -1)`, not `(q @ k.transpose(-2, -1)) / d ** 0.5`), or use "
+                    "F.scaled_dot_product_attention, which does; ")
+    return ""
+
+
 def _overflow_fix(device_type: str, op: str) -> str:
-    return (f"use bfloat16 (float32's range, 3.4e38), or {_keep_fp32(device_type, op)}, or scale the "
+    return (f"use bfloat16 (float32's range, 3.4e38), or {keep_fp32(device_type, op)}, or scale the "
             "activation down (a smaller init, a normalisation before it)")
 
 
 def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, library: bool,
             ref_ops: Optional[List[OpSeen]] = None, non_finite: bool = False,
-            modules: Optional[Dict[int, str]] = None) -> Optional[Cause]:
+            modules: Optional[Dict[int, str]] = None, sizes: Optional["Sizes"] = None) -> Optional[Cause]:  # noqa: F821
     """The first op of the call, in the order it ran, that a rule of the table above covers
     (``ref_ops``: the same call's ops in the float32 run, for their magnitudes; ``non_finite``:
     the call's output is inf/NaN in this run; ``modules``: call index → class, for the producer of
-    a log's input). A log of an underflowing probability comes first:
+    a log's input; ``sizes``: float32 magnitudes of what other calls made,
+    :class:`~layerlab.mixed.magnitude.Sizes`). A log of an underflowing probability comes first:
     the exp/softmax before it is then not the cause, the log of its zeros is."""
+    from layerlab.mixed import magnitude
+
     amax = float32_amax(ops, ref_ops or [])
+    sizes = sizes or magnitude.Sizes()
+    callers = sizes.callers
     found = log_of_underflow(ops, non_finite, modules)
     if found is not None:
         return found
+    made = {op.record.index: op for op in ops}
+    # the add/subs that cancel (result ≥ CANCELLED× smaller than an operand): a square op is only
+    # blamed as a variance when one of them subtracts what it made (E[x²] − E[x]²); a pow or norm
+    # alone is as precise as its output's rounding (torch sums half precision in float32)
+    cancelling = []
+    for op in ops:
+        found = _cancelled(op, amax, sizes) if low(op) else None
+        if found is not None and found[0] >= CANCELLED:
+            cancelling.append((op, found))
     for op in ops:
         if not low(op):
             continue
         name, src, in_dtype = op.record.op, op.record.source, op.record.out_dtypes[0]
         line = code(op)
+        found = magnitude.eps_underflow(op, device_type) or \
+            magnitude.sensitive(op, made, amax, sizes, device_type)
+        if found is not None:
+            return found
         if name in EXP_OPS:
             return Cause("exp", f"{name} runs in {in_dtype}{line}: exponentials turn the rounding of large inputs "
-                                "into large relative errors", _keep_fp32(device_type, name), src)
+                                "into large relative errors", keep_fp32(device_type, name), src)
         if name in SQUARE_OPS or _square(op):
             label = "x * x" if name in MUL_OPS else name
             small = _tiny_squares(op, label, amax, device_type, non_finite)
             if small is not None:
                 return small
-            return Cause("variance", f"{label} runs in {in_dtype}{line}: a sum of squares / variance cancels "
-                                     "(E[x²] − E[x]²), leaving mostly rounding",
-                         _keep_fp32(device_type, label) + "; normalisations written by hand: compute the "
-                         "statistics on x.float() as Hugging Face's LlamaRMSNorm does", src)
-        ratio = _cancelled(op, amax)
-        if ratio is not None and ratio >= CANCELLED:
+            if any(_squares_behind(c, made) is op for c, _ in cancelling):
+                return Cause("variance", f"{label} runs in {in_dtype}{line}: a sum of squares / variance cancels "
+                                         "(E[x²] − E[x]²), leaving mostly rounding",
+                             keep_fp32(device_type, label) + "; normalisations written by hand: compute the "
+                             "statistics on x.float() as Hugging Face's LlamaRMSNorm does", src)
+        hit = next((f for c, f in cancelling if c is op), None)
+        if hit is not None:
+            ratio, maker = hit
+            made_by = f" (the large one made by {callers[maker]}, rounded there)" if maker in callers else ""
             return Cause("cancellation", f"{name} runs in {in_dtype}{line}: its result is {ratio:.3g}× smaller than "
-                                         f"an operand, and both operands were rounded to {in_dtype} at their own "
-                                         "magnitude, so the difference keeps few correct bits",
+                                         f"an operand{made_by}, and both operands were rounded to {in_dtype} at "
+                                         "their own magnitude, so the difference keeps few correct bits",
                          "the rounding happened where the operands were made: build them and subtract in "
                          f"float32 (those lines inside `with torch.autocast(\"{device_type}\", enabled=False):` on "
-                         ".float() inputs), or remove the large common offset earlier", src)
+                         ".float() inputs), or remove the large common offset earlier", src, operand_call=maker)
     if library and class_name in EXP_MODULES:
         return Cause("exp", f"nn.{class_name} runs in {dtype}: exponentials turn the rounding of large inputs "
-                            "into large relative errors", _keep_fp32(device_type, f"nn.{class_name}"))
+                            "into large relative errors", keep_fp32(device_type, f"nn.{class_name}"))
     if library and class_name in NORM_MODULES:
         return Cause("variance", f"nn.{class_name} takes its statistics of a {dtype} input whose mean is large "
                                  "next to its spread (the variance cancels)",
-                     f"feed it a float32 input ({_keep_fp32(device_type, 'the norm')}), or remove the large "
+                     f"feed it a float32 input ({keep_fp32(device_type, 'the norm')}), or remove the large "
                      "offset before it")
     return None
 

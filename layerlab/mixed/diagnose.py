@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List
 
-from layerlab.mixed import causes, offsets
+from layerlab.mixed import causes, magnitude, offsets
 from layerlab.mixed.capture import Key
 from layerlab.mixed.compare import ops_by_call
 from layerlab.mixed.dtypes import FP16_MAX, UNDERFLOW_FRACTION, Tolerance
@@ -74,6 +74,9 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     blamed = [r for r in rows if r.flags and "inherited" not in r.flags]
     overflowed = any(not r.finite for r in rows)  # inf/NaN in the forward, at a module or inside one
     modules = {c.order: c.class_name for c in run.calls.values()}  # an op's ``from_call`` → its class
+    by_order = {c.order: k for k, c in run.calls.items()}
+    sizes = _sizes(ref, run, by_order)
+    context = dict(modules=modules, sizes=sizes)
     for row in blamed[:1 + MORE_FINDINGS]:
         key: Key = (row.path, row.call)
         library = ref.calls[key].library
@@ -82,21 +85,30 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
             cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type)
             if cause is None:
                 cause = causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
-                                       ref_ops.get(key, []), non_finite=True, modules=modules)
+                                       ref_ops.get(key, []), non_finite=True, **context)
             message = f"{row.label} ({row.class_name}) outputs inf/NaN in {label}; float32 is finite there"
             kind = "overflow" if "overflow" in row.flags else "non-finite"
         else:  # a float16 value past 65504 saturates as often as it goes non-finite (tanh(inf) = 1)
             cause = causes.overflow(row.class_name, row.amax, ref_ops.get(key, []), tol.dtype, device_type) or \
                 causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
-                               ref_ops.get(key, []), modules=modules)
+                               ref_ops.get(key, []), **context)
             inherited = f"; its inputs carried {_eps(row.input_error, tol)}" if row.input_error else \
                 "; its inputs were exact"
             message = (f"{row.label} ({row.class_name}) loses precision in {label}: output error "
                        f"{_eps(row.error, tol)} > {tol.output:.2g}{inherited}")
             kind = "precision"
+            # a cancellation whose large operand a module call made: if that call's own adds rounded
+            # small increments away, the information was lost there, not in the subtraction
+            maker = by_order.get(cause.operand_call) if cause is not None and cause.what == "cancellation" else None
+            if maker is not None:
+                lost = magnitude.absorbed(half_ops.get(maker, []), ref_ops.get(maker, []), sizes)
+                if lost is not None:
+                    cause, where = lost, maker[0] or "(root)"
+                    message = (f"{where} ({ref.calls[maker].class_name}) rounds away what {row.label} needs: "
+                               f"{message}")
             # its input's spread was gone before it ran: blame the op that rounded it away (only where
             # the call's own ops explain nothing more specific than a variance or a cancellation)
-            if cause is None or cause.what in ("variance", "cancellation"):
+            if (cause is None or cause.what in ("variance", "cancellation")) and where == row.label:
                 lost = offsets.explain(key, row.class_name, ref, run, tol, device_type)
                 if lost is not None:
                     cause, maker = lost
@@ -122,6 +134,22 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
                                    "yet no single module adds it: it grows module by module",
                            fix="run the largest-error modules in float32 to see which ones matter"))
     return out
+
+
+def _sizes(ref: RunResult, run: RunResult, by_order: Dict[int, Key]) -> magnitude.Sizes:
+    """Float32 magnitudes of every module call's output and (when both runs ran the same ops) of
+    every op, keyed by the half run's indices: the sizes of operands that another call made."""
+    sizes = magnitude.Sizes(callers={c.order: f"{k[0] or '(root)'} ({c.class_name})" for k, c in run.calls.items()})
+    for order, k in by_order.items():
+        found = [o.amax for o in ref.calls[k].outputs if o.amax is not None] if k in ref.calls else []
+        if found:
+            sizes.calls[order] = max(found)
+    paired = causes.float32_amax(run.ops, ref.ops)
+    for op in run.ops:
+        if op.record.index in paired:
+            owner = run.calls[op.key].order if op.key in run.calls else None
+            sizes.ops[op.record.index] = (paired[op.record.index], owner)
+    return sizes
 
 
 def _underflow(param_rows: List[ParamRow], tol: Tolerance, label: str, after_nonfinite: bool = False) -> List[Finding]:
