@@ -144,9 +144,15 @@ def loss_function(loss: Any, where: str) -> Tuple[str, Optional[Callable]]:
                                 "or a function fn(prediction, target) -> scalar", got=loss.__name__,
                                 hint="name a loss: mse, cross_entropy, torch.nn.functional:huber_loss") from None
         return getattr(loss, "__name__", type(loss).__name__), loss
+    if isinstance(loss, str) and loss.strip().startswith("torch.") and loss.strip().lower() not in LOSSES:
+        # what a spec's train: section accepts (torch's own losses by path) works from Python too
+        from layerlab.train.section import _loss
+
+        return loss_function(_loss(loss, where, allow_import=False, base_dir=None), where)
     if not isinstance(loss, str) or loss.strip().lower() not in LOSSES:
         raise UsageError(f"unknown loss {loss!r}", where=where, expected=" | ".join(LOSSES) + " | a callable",
-                         got=loss, hint="mse for regression, cross_entropy for class logits")
+                         got=loss, hint="mse for regression, cross_entropy for class logits; from Python, pass "
+                         "a loss function or module itself (F.huber_loss, nn.SmoothL1Loss)")
     name = loss.strip().lower()
     return name, _FUNCTIONS.get(name)
 

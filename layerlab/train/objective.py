@@ -9,11 +9,12 @@ from typing import Any
 
 import torch
 
-from layerlab.errors import SpecError, UsageError
+from layerlab.errors import LayerlabError, SpecError, UsageError
+from layerlab.spec.limits import clean_text
 from layerlab.train import loss as L
 from layerlab.train.section import TrainSection
 
-__all__ = ["build_objective"]
+__all__ = ["build_objective", "loss_value"]
 
 
 def build_objective(out: Any, section: TrainSection, loss: Any, target: Any, output: Any, built: Any, args, at
@@ -69,3 +70,33 @@ def spec_target(spec: Any, pred: torch.Tensor, built: Any, args) -> torch.Tensor
         raise SpecError("train: target is a tensor, written like an input", where=spec.where,
                         expected="{shape: [8], low: 0, high: 10}, a number, or same_as: an input",
                         got=value) from None
+
+
+def loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
+    """The loss of one step, as a floating scalar tensor with its graph; a clear error otherwise."""
+    try:
+        value = objective(out)
+    except LayerlabError:
+        raise
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise SpecError(f"the loss {objective.loss_name} rejected the prediction {objective.output_path}: "
+                        f"{type(exc).__name__}: {clean_text(first, 300)}", where=objective.where,
+                        hint=_rejected_hint(first)) from None
+    if isinstance(value, (float, int)) and not isinstance(value, bool):
+        raise SpecError(f"the loss ({objective.loss_name}) returned a Python {type(value).__name__}, not a tensor: "
+                        "it carries no graph, so nothing can be trained from it", where=objective.where,
+                        got=type(value).__name__, hint="return the loss tensor itself: .item() or float() is for "
+                        "logging, after backward")
+    if not isinstance(value, torch.Tensor) or value.dim() != 0 or not value.is_floating_point():
+        got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise SpecError(f"the loss ({objective.loss_name}) must be a floating scalar", where=objective.where, got=got,
+                        hint="reduce it (mean) or pick the loss output with output: loss")
+    return value
+
+
+def _rejected_hint(message: str) -> str:
+    if "between 0 and 1" in message:  # BCELoss / binary_cross_entropy fed raw scores
+        return ("BCELoss takes probabilities: on raw scores (logits) use nn.BCEWithLogitsLoss "
+                "(F.binary_cross_entropy_with_logits), or put a sigmoid before BCELoss")
+    return "pick the output with output:, or give a target that fits the loss"

@@ -33,7 +33,7 @@ class GroupTrace:
         median_ratio: the median of ``update_ratio`` over the steps that have one.
         status: ``ok``, or the code of the finding about this group (``not-learning``,
             ``unstable``, ``no-grad``, ``wrong-output``, ``unread-output``, ``not-in-optimizer``,
-            ``zero-grad``, ``requires-grad-false``).
+            ``zero-grad``, ``requires-grad-false``, ``recreated-in-forward``, ``no-signal``).
         changed: whether any of its parameters differ after the run from before it.
     """
 

@@ -28,12 +28,12 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from layerlab.errors import CheckFailed, LayerlabError, Problem, SpecError, UsageError
+from layerlab.errors import CheckFailed, LayerlabError, Problem, UsageError
 from layerlab.target.bind import describe, map_args
 from layerlab.spec.limits import clean_text
-from layerlab.train import (diverge, fit, forward_blame, frozen, high_dropout, loss as L, replay, squashed, summed,
-                            unregistered)
-from layerlab.train.objective import build_objective, spec_target as _spec_target  # noqa: F401 (benchmark)
+from layerlab.train import (constant_output, diverge, fit, forward_blame, frozen, high_dropout, loss as L, no_signal,
+                            output_range, recreated, replay, squashed, summed, unregistered, vanishing)
+from layerlab.train.objective import build_objective, loss_value, spec_target as _spec_target  # noqa: F401
 from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
 from layerlab.train.section import MAX_STEPS, check_lr, parse_section
@@ -200,6 +200,9 @@ class _Run:
         self.nonfinite = None
         self.summed = None  # the first step's loss is a sum over many elements (summed.py)
         self.early: List[Problem] = []  # seen in the first step's graph: unregistered tensors, a double softmax
+        self.identity = recreated.identities(model)  # parameter objects: a forward may replace one
+        self.floor = None  # why the default random target is out of the prediction's reach (output_range.py)
+        self.same: List[bool] = []  # the prediction equal for every sample, at the first and the last step
 
     def go(self, make_objective: Callable[[Any], L.Objective]) -> L.Objective:
         objective = None
@@ -211,7 +214,7 @@ class _Run:
                 out = self._forward(step)
                 if objective is None:
                     objective = make_objective(out)
-                value = _loss_value(objective, out)
+                value = loss_value(objective, out)
                 if step == 0:
                     self.loss_reach = frozen.reachable([value])
                     self.output_reach = frozen.output_reach(out, skip=objective.output_path)
@@ -220,9 +223,15 @@ class _Run:
                     wrong_input = squashed.findings(objective, L.select(out, objective.output_path),
                                                     self.watch.made_by)
                     self.early += [wrong_input] if wrong_input is not None else []
+                    pred, first = L.select(out, objective.output_path), float(value.detach())
+                    self.early += recreated.findings(self.model, self.identity) + output_range.findings(
+                        objective, pred, first, self.watch.made_by)
+                    self.floor = output_range.default_target_floor(objective, pred, first, self.watch.made_by)
                     self.watch.made_by = []  # autograd nodes: a later deepcopy of the hooked model can't copy them
                     self.watch.first = False
                 self.losses.append(float(value.detach()))
+                if step in (0, self.steps - 1) and objective.fn is not None:
+                    self.same.append(constant_output.rows_equal(L.select(out, objective.output_path)))
                 if not torch.isfinite(value.detach()):
                     self.nonfinite = self._locate(objective, step, "loss", [])
                     break
@@ -260,32 +269,21 @@ class _Run:
             value.backward()
         except RuntimeError as exc:  # an in-place op on a tensor backward needs, a graph freed twice, …
             first = str(exc).split(". Hint:")[0].splitlines()[0]
-            hint = ("make the in-place op out-of-place (x = x * 2, not x.mul_(2); nn.ReLU(inplace=False))"
-                    if "inplace operation" in first else "layerlab inspect on the same spec runs the backward "
-                    "module by module")
-            raise CheckFailed(f"backward failed at step {step}: {clean_text(first, 400)}", where=f"step {step}",
+            where, hint = f"step {step}", "layerlab inspect on the same spec runs the backward module by module"
+            if "inplace operation" in first:
+                inplace = [p or "(root)" for p, m in self.model.named_modules() if getattr(m, "inplace", False) is True]
+                where = inplace[0] if len(inplace) == 1 else where
+                hint = ("make the in-place op out-of-place (x = x * 2, not x.mul_(2); nn.ReLU(inplace=False))" +
+                        (f"; modules with inplace=True here: {', '.join(inplace[:5])}" if inplace else ""))
+            elif "does not require grad" in first:
+                hint = ("the loss has no autograd graph: it was computed from a detached prediction (.detach(), "
+                        ".data, torch.no_grad, numpy), or no parameter requires grad")
+            raise CheckFailed(f"backward failed at step {step}: {clean_text(first, 400)}", where=where,
                               hint=hint) from None
 
     def _locate(self, objective, step, what, bad):
         # the weights are those the failing step ran with (the loop stopped before updating)
         return diverge.locate(self.model, self.positional, self.keyword, objective, step, what, bad, self.seed + step)
-
-
-def _loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
-    try:
-        value = objective(out)
-    except LayerlabError:
-        raise
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise SpecError(f"the loss {objective.loss_name} rejected the prediction {objective.output_path}: "
-                        f"{type(exc).__name__}: {clean_text(first, 300)}", where=objective.where,
-                        hint="pick the output with output:, or give a target that fits the loss") from None
-    if not isinstance(value, torch.Tensor) or value.dim() != 0 or not value.is_floating_point():
-        got = f"a tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-        raise SpecError(f"the loss ({objective.loss_name}) must be a floating scalar", where=objective.where, got=got,
-                        hint="reduce it (mean) or pick the loss output with output: loss")
-    return value
 
 
 def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt, default_lr: bool,
@@ -294,22 +292,31 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     trainable = sum(p.numel() for p in tracker.params if p.requires_grad)
     target_values = None if objective is None or objective.target is None else objective.target.numel()
     verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None)
+    if run.floor is not None and verdict.verdict in ("falls", "slow"):  # "more steps will get there" is wrong
+        verdict.message = f"{verdict.message.split('; ')[0]}; {run.floor}"
     dropout = high_dropout.findings(model, verdict, again)  # p > 0.5: replayed with dropout off
     if verdict.verdict in ("falls", "slow") and frozen.active_dropout(model) and "dropout" not in verdict.message:
         verdict.message += "; dropout is active (train mode), which keeps the loss of one batch noisy and above 0"
     flags: List[Problem] = [dropout] if dropout is not None else []
+    positional, keyword = [a.value for a in args if not a.keyword], {a.name: a.value for a in args if a.keyword}
+    empty = no_signal.zero_loss(run.losses, tracker.nonzero_grad, verdict)  # a mask that zeroes every element
+    flags += [empty] if empty is not None else []
+    same = constant_output.finding(run.same, objective, verdict.verdict) if empty is None else None
+    flags += [same] if same is not None else []
     if run.nonfinite is not None:
         nf = run.nonfinite
-        flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} not finite — {nf.message}",
-                             where=nf.where, severity="error", data={"step": nf.step, "params": nf.params},
-                             hint="lower the learning rate, or look at this module's inputs and arithmetic"))
+        cause, hint = no_signal.nan_at_start(model, positional, keyword, objective) if nf.step == 0 and \
+            nf.what == "loss" else (None, "lower the learning rate, or look at this module's inputs and arithmetic")
+        flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} "
+                             f"not finite — {nf.message}" + (f"; {cause}" if cause else ""), where=nf.where,
+                             severity="error", data={"step": nf.step, "params": nf.params}, hint=hint))
     elif verdict.verdict == "slow":
         lr_text = f"this check's default lr {rate:g} may be small for this model: " if default_lr and rate else ""
         flags.append(Problem("loss-slow", verdict.message, where="(loss)", severity="warning",
                              hint=f"{lr_text}run more steps (--steps {steps * 4}) or raise --lr to see whether it "
                                   "gets 10× lower; the update/weight ratios below say how far each step moves the "
                                   "weights"))
-    elif verdict.verdict in ("flat", "rises"):
+    elif verdict.verdict in ("flat", "rises") and empty is None:
         # a model with fewer trainable values than the random target has may have nowhere to go
         small = target_values is not None and trainable < target_values and verdict.verdict == "flat"
         flags.append(Problem(f"loss-{verdict.verdict}", verdict.message + (
@@ -323,13 +330,21 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         loss_output=objective.output_path if objective else "?", watch=run.watch,
         output_named=objective.output_named if objective else True)
     flags.extend(run.watch.dead_relu_problem(path) for path in run.watch.dead_relus())
+    swapped = {p for f in run.early if f.code == "recreated-in-forward" for p in f.data["params"]}
+    found = [f for f in found if not (swapped and set(f.data.get("params", [])) <= swapped)
+             and not (empty is not None and f.code == "zero-grad")]  # said once, by the finding with the cause
     flags.extend(found)
+    no_signal.all_padding(model, positional, keyword, flags)
     flags.extend(run.early)
     decay = decay_finding(opt, steps, verdict.verdict)
     flags.extend([decay] if decay is not None else [])
-    _status_from_findings(tracker, found)
-    flags.extend(ratio_findings(tracker.groups, verdict.verdict, run.nonfinite is not None,
-                                default_lr=rate if default_lr else None))
+    _status_from_findings(tracker, found + [f for f in run.early if f.code == "recreated-in-forward"])
+    for g in tracker.groups if empty is not None else []:
+        g.status = "no-signal" if g.status == "ok" else g.status
+    flags.extend(f for f in ratio_findings(tracker.groups, verdict.verdict, run.nonfinite is not None,
+                                           default_lr=rate if default_lr else None)
+                 if empty is None or f.code != "not-learning")  # no gradient at all: not a step-size matter
+    vanishing.amend(flags, tracker.groups, model)
     idle = frozen.mode_findings(model)
     if idle is not None:
         flags.append(idle)
@@ -366,6 +381,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
 
 #: findings that mean parameters cannot learn, whatever the number of steps
 _STUCK = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output", "unregistered", "double-softmax",
+          "output-range", "target-broadcast", "recreated-in-forward", "no-signal",
           "double-sigmoid", "weight-decay")
 
 

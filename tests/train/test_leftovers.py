@@ -213,3 +213,22 @@ def test_summed_loss_is_not_blamed_when_the_mean_loss_fails_too():
     assert flag.severity == "warning" and "the sum is not what stops it" in flag.message
     assert flag.data["replay"]["verdict"] in ("nonfinite", "rises", "flat")
     assert "summed-loss" not in _flag(report, "unstable").hint
+
+
+def test_a_torch_loss_named_by_path_works_from_python_as_in_a_spec():
+    # the spec's train: section takes torch.nn.functional.huber_loss; the Python function took only
+    # names and callables ("unknown loss"): the same path now gives the same run as the function itself
+    import layerlab
+
+    def run(loss):
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        return layerlab.train_check(model, torch.randn(8, 4), loss=loss, steps=5)
+
+    by_path, by_function = run("torch.nn.functional.huber_loss"), run(F.huber_loss)
+    assert by_path.losses == by_function.losses
+    from layerlab.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown loss") as raised:
+        run("mymod:my_loss")
+    assert "pass a loss function or module itself" in raised.value.hint
