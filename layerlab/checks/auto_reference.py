@@ -124,8 +124,63 @@ def auto_reference(module: nn.Module, args: Sequence[Any]) -> Alignment:
     kwargs, missing = _constructor_kwargs(module, mirror)
     if missing:
         return Alignment(None, note=f"{why_not}: no attribute {', '.join(missing)} to build it from")
-    if mirror.guard is not None and mirror.guard(kwargs):
-        return Alignment(None, note=f"{why_not}: {mirror.guard(kwargs)}")
+    guard = mirror.guard(kwargs) if mirror.guard is not None else None
+    if guard and mirror.guard is _padding_needs_mode:
+        return _padding_by_trial(module, args, mirror, kwargs, why_not, guard)
+    if guard:
+        return Alignment(None, note=f"{why_not}: {guard}")
+    return _aligned(module, args, mirror, kwargs, why_not)
+
+
+#: torch's padding modes, the default first
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def _padding_by_trial(module: nn.Module, args: Sequence[Any], mirror: Mirror, kwargs: Dict[str, Any],
+                      why_not: str, guard: str) -> Alignment:
+    """A conv that pads but does not say how: the one of torch's four padding modes it equals exactly
+    (float64) is its reference. Equal to none, it is compared with nothing: it may pad in a way torch
+    does not (symmetric, say), so a difference is no verdict; but it is said, as a warning."""
+    built, seen = 0, ""
+    for mode in PADDING_MODES:
+        alignment = _aligned(module, args, mirror, {**kwargs, "padding_mode": mode}, why_not)
+        if alignment.reference is None:
+            continue
+        built += 1
+        same, shift = _equal_outputs(module, alignment.reference, args)
+        seen = seen or (f" (against padding_mode={mode!r}: {shift})" if shift else "")
+        if same:
+            chosen = f"; padding_mode={mode!r} is not an attribute: of torch's four it is the one the layer equals"
+            return replace(alignment, auto=alignment.auto + chosen, note=alignment.note + chosen)
+    if not built:
+        return Alignment(None, note=f"{why_not}: {guard}")
+    return Alignment(None, note=f"{why_not}: {guard}", suspect=(
+        f"{type(module).__name__} has torch.nn.{mirror.name}'s attributes and parameters but equals it under none of "
+        f"torch's padding modes ({', '.join(PADDING_MODES)}) on these inputs{seen}: a bug (padding on the wrong side, an "
+        "off-by-one), or a padding torch does not have; set padding_mode, or name a reference, to compare"))
+
+
+def _equal_outputs(module: nn.Module, reference: Any, args: Sequence[Any]) -> Tuple[bool, str]:
+    """Do the float64 eval outputs agree; and, if not, is the first one the reference's shifted?"""
+    from layerlab.checks.case import call, cast_args, float_leaves, module_copy, reference_copy
+    from layerlab.checks.patterns import mismatch, pattern
+
+    a = cast_args(args, torch.float64)
+    try:
+        with torch.no_grad():
+            lo = float_leaves(call(module_copy(module, torch.float64, False), a))
+            lr = float_leaves(call(reference_copy(reference, torch.float64, False), a))
+    except Exception:
+        return False, ""
+    if len(lo) == len(lr) and all(x.shape == y.shape and not mismatch(x, y).any() for (_, x), (_, y) in zip(lo, lr)):
+        return True, ""
+    found = pattern(lo[0][1], lr[0][1]) if lo and lr else None
+    return False, (found.text if found is not None and found.kind == "shifted" else "")
+
+
+def _aligned(module: nn.Module, args: Sequence[Any], mirror: Mirror, kwargs: Dict[str, Any], why_not: str) -> Alignment:
+    """``module``'s torch.nn counterpart built with ``kwargs``, weights mapped and tried on ``args``."""
+    cls = getattr(nn, mirror.name)
     built = _build_and_map(module, cls, mirror, kwargs)
     if isinstance(built, str):
         return Alignment(None, note=f"{why_not}: {built}")

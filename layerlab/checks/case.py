@@ -60,6 +60,7 @@ class Case:
     reference_note: str = ""
     reference_error: Optional[str] = None
     reference_auto: str = ""  # how layerlab built the reference itself (empty: the user named it)
+    reference_suspect: str = ""  # no reference, but building one showed something wrong (parity warns)
     tags: FrozenSet[str] = frozenset()
     seed: int = 0
     batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)

@@ -48,6 +48,9 @@ class Claim:
     mask_name: Optional[str] = None
     mask: Optional[mf.Triangle] = None
     governs: Optional[str] = None  # the one input the mask or flag is about (``tgt``); None: all
+    #: only a library class's ``is_causal`` attribute claims it: a hint to the attention kernel, not a promise
+    #: (Hugging Face's eager attention ignores it and relies on the mask the model builds)
+    from_attribute: bool = False
 
 
 def causal_claim(case: Case) -> Optional[Claim]:
@@ -64,7 +67,7 @@ def causal_claim(case: Case) -> Optional[Claim]:
             mask_claim = Claim(f"{what} is passed as {a.name!r}", a.name, tri, prefix if prefix in names else None)
             break
     flag = next((a for a in case.args if a.name.endswith("is_causal") and a.value is True), None)
-    reason = None
+    reason, kernel_hint = None, False
     if "causal" in case.tags:
         reason = "tagged causal"
     elif flag is not None:
@@ -76,13 +79,29 @@ def causal_claim(case: Case) -> Optional[Claim]:
             for attr in ("causal", "is_causal"):
                 if reason is None and getattr(m, attr, None) is True:
                     reason = f"`{name or type(m).__name__}.{attr}` is True"
+                    kernel_hint = attr == "is_causal" and _library_class(type(m))
     if reason is None:
         return None
     claim = mask_claim or Claim(reason)
+    claim.from_attribute = "causal" not in case.tags and flag is None and mask_claim is None and kernel_hint
     claim.reason = reason
     if flag is not None and flag.name != "is_causal" and flag.name[: -len("_is_causal")] in names:
         claim.governs = flag.name[: -len("_is_causal")]
     return claim
+
+
+def _library_class(cls: type) -> bool:
+    """Is ``cls`` an installed library's (Hugging Face's attention), not the user's own code? A library's
+    ``is_causal`` tells its attention kernel what to do; a user's own flag is their claim."""
+    import inspect
+    import sysconfig
+
+    try:
+        path = inspect.getfile(cls)
+    except (TypeError, OSError):
+        return False
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    return any(path.startswith(root) for root in roots) or "site-packages" in path or "dist-packages" in path
 
 
 def causality(case: Case, opts: Any = None) -> CheckResult:
@@ -135,10 +154,17 @@ def causality(case: Case, opts: Any = None) -> CheckResult:
             beyond = t + 2 < T and moved(range(t + 2, T), t, only_at=True) > tol
             details.update(first_leaking_position=t, leaks_from=source, sees_beyond_next=beyond, max_change=change)
             seen = f"input position {source}" if source is not None else "later inputs"
+            summary = (f"the output at position {t} changes when only inputs after {t} change: it sees {seen} "
+                       f"(first leaking position t = {t}, max change {change:.3g})")
+            if claim.from_attribute:  # an attribute is no promise that the module masks by itself: say what is seen
+                return CheckResult(
+                    "causality", Status.WARN, f"{claim.reason}, but called without a mask {summary}",
+                    where=f"{path} position {t}", details=details,
+                    hint="an is_causal attribute often only tells the attention kernel (SDPA) to mask; eager "
+                         "attention (Hugging Face's included) relies on the causal mask its model builds: pass a "
+                         "causal mask, or tag the layer causal if it must be causal on its own")
             return CheckResult(
-                "causality", Status.FAIL,
-                f"the output at position {t} changes when only inputs after {t} change: it sees {seen} "
-                f"(first leaking position t = {t}, max change {change:.3g})",
+                "causality", Status.FAIL, summary,
                 where=f"{path} position {t}", hint=_leak_hint(claim, module, t, source, beyond), details=details)
     return CheckResult("causality", Status.PASS,
                        f"{claim.reason}: the output at every position t < {T} ignores inputs after t", details=details)

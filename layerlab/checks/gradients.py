@@ -164,6 +164,13 @@ def param_grads(case: Case, opts: Any = None) -> CheckResult:
         parts.append(f"no gradient reaches {', '.join(missing)}")
         hint = ("a .detach(), .data, torch.no_grad() or an unused branch cuts it off the output; "
                 "if it is unused by design, set requires_grad=False or remove it")
+        owners = _custom_functions_fed(case, missing, dtype, train)
+        if owners:
+            parts[-1] += (f": the custom autograd.Function {', '.join(sorted(set(owners.values())))} receives "
+                          f"{', '.join(owners)} but its backward returns None for it")
+            details["custom_function_returns_none"] = owners
+            hint = ("its backward returns None in that parameter's slot: check the ctx.needs_input_grad index each "
+                    "gradient is computed under and the order of the returned gradients (one per forward input)")
     if nonfinite:
         parts.append(f"non-finite gradient for {', '.join(nonfinite)}")
         hint = hint or "an overflow, a division by zero or log(0) on this parameter's path"
@@ -174,3 +181,28 @@ def param_grads(case: Case, opts: Any = None) -> CheckResult:
         parts.append(f"({', '.join(dead + flat)}: all-zero too, explained by the values)")
     return CheckResult("param_grads", Status.FAIL, "; ".join(parts), where=", ".join(missing + nonfinite + zero),
                        hint=hint, details=details)
+
+
+def _custom_functions_fed(case: Case, names: List[str], dtype: torch.dtype, train: Optional[bool]) -> Dict[str, str]:
+    """``{parameter: custom autograd.Function}`` for each of ``names`` that is an input of a custom
+    Function in the forward graph: that Function's backward, not a detach, is what drops its gradient."""
+    try:
+        m = module_copy(case.module, dtype, train)
+        wanted = {id(p): n for n, p in m.named_parameters() if n in names}
+        roots = [y.grad_fn for _, y in float_leaves(call(m, cast_args(case.args, dtype))) if y.grad_fn is not None]
+    except Exception:  # the hint is a refinement: without it the generic one stands
+        return {}
+    found: Dict[str, str] = {}
+    seen, stack = set(), roots
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+        for nxt, _ in node.next_functions:
+            variable = getattr(nxt, "variable", None)
+            if custom and variable is not None and id(variable) in wanted:
+                found[wanted[id(variable)]] = node._forward_cls.__name__
+            stack.append(nxt)
+    return found

@@ -280,6 +280,11 @@ def _verdict(run: _Run, rows: List[Dict[str, Any]], details: Dict[str, Any]) -> 
     confirmed = [s for s in slow if s.get("ran") and not s.get("passed")]
     if confirmed:
         summary += f"; slow mode confirms: {confirmed[0]['message']}"
+        from layerlab.checks.grad_patterns import backward_pattern
+
+        found = backward_pattern(run.f, run.tensors, run.names, failing, eps=run.eps)
+        if found:
+            summary, hint = summary + f"; {found[0]}", found[1]
     elif slow and all(s.get("ran") and s.get("passed") for s in slow):
         return CheckResult("gradcheck", Status.WARN, summary + "; but slow mode (element by element) passes",
                            where=listed, hint="a borderline tolerance or a non-smooth point (ReLU kink, max tie)",

@@ -45,6 +45,10 @@ def _no_reference(name: str, case: Case) -> Optional[CheckResult]:
                            where="reference",
                            hint="map the names with weight_map: {our_name: their_name} (their_name.T to transpose)",
                            details={"error": case.reference_error})
+    if case.reference is None and case.reference_suspect:
+        return CheckResult(name, Status.WARN, case.reference_suspect, where="reference",
+                           hint="no auto-reference could be chosen, so this is not a verdict; the layer looks wrong",
+                           details={"reference": case.reference_note})
     if case.reference is None:
         note = f" ({case.reference_note})" if case.reference_note else ""
         return CheckResult(name, Status.SKIP, f"no reference to compare with{note}", hint=_NO_REF_HINT)
@@ -124,9 +128,19 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
                                 "(e.g. a sum of large terms before a subtraction)",
                            details=details)
     n = len(runs[0]["comparisons"])
+    eval_only = ""
+    if train is False and case.module.training:  # random train-mode forward: eval draws nothing, so check means
+        from layerlab.checks.expectation import train_mean_mismatch
+
+        mismatch = train_mean_mismatch(case)
+        if mismatch is not None:
+            details["train_mean"] = vars(mismatch)
+            return CheckResult("forward_parity", Status.FAIL, f"equal in eval mode, but {mismatch.describe()}",
+                               where=mismatch.output, hint=mismatch.hint(), details=details)
+        eval_only = " in eval mode (train mode draws random numbers; its averages agree or were not compared)"
     return CheckResult("forward_parity", Status.PASS,
                        f"{n} output(s) equal {_against(case)} in {' and '.join(r['dtype'] for r in runs)} "
-                       f"(assert_close tolerances)",
+                       f"(assert_close tolerances){eval_only}",
                        details=details)
 
 

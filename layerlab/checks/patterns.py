@@ -20,6 +20,7 @@ pattern is found, :func:`pattern` returns ``None`` and the caller says so rather
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -82,7 +83,53 @@ def pattern(actual: Optional[Tensor], expected: Optional[Tensor], *, sizes: Sequ
         return Pattern("transposed", "equals the reference's transposed",
                        "the tensor is used transposed: x @ W where the reference computes x @ W.T "
                        "(or W stored as (in, out))")
-    return _localised(bad, gates, time_dim)
+    return _row_ratio(a, e) or _shifted(a, e) or _localised(bad, gates, time_dim)
+
+
+def _row_ratio(a: Tensor, e: Tensor) -> Optional[Pattern]:
+    """Each row (last dim) is the reference's times its own factor, and the factors differ between rows:
+    what a norm divides by (its per-row statistic) is computed differently; the numerator agrees."""
+    if a.dim() < 2 or a.shape[-1] < 3:
+        return None
+    rows_a, rows_e = a.reshape(-1, a.shape[-1]), e.reshape(-1, e.shape[-1])
+    scale = float(rows_e.abs().max()) or 1.0
+    if (rows_e.abs() <= 1e-6 * scale).any():
+        return None  # a ratio needs every reference element away from 0
+    r = rows_a / rows_e
+    c = r.median(dim=-1, keepdim=True).values
+    if float(((r - c).abs() / c.abs().clamp_min(1e-300)).max()) > 1e-6:
+        return None
+    c = c.flatten()
+    if float((c - c.median()).abs().max()) <= 1e-6 * float(c.abs().median()):
+        return None  # one factor everywhere: that is the constant ratio, found before
+    return Pattern("row_ratio", f"ours/reference is constant along the last dim within each row but differs between "
+                   f"rows ({float(c.min()):.4g} … {float(c.max()):.4g})",
+                   "the per-row statistic the output is divided by differs (mean of squares vs variance, eps "
+                   "inside vs outside the square root, a different reduction); what it divides agrees",
+                   {"row_ratio_min": float(c.min()), "row_ratio_max": float(c.max())})
+
+
+def _shifted(a: Tensor, e: Tensor) -> Optional[Pattern]:
+    """Away from the borders, ours equals the reference moved by a few positions along the spatial dims
+    (those after (B, C)): the padding is put on the wrong side, or an index is off by one."""
+    dims = list(range(2, a.dim()))
+    if not dims or len(dims) > 3 or any(a.shape[d] < 4 for d in dims):
+        return None
+    scale = float(e.abs().max()) or 1.0
+    for shift in itertools.product(range(-2, 3), repeat=len(dims)):
+        if not any(shift):
+            continue
+        sa, se = a, e
+        for d, k in zip(dims, shift):  # ours at i equals the reference at i − k
+            n = a.shape[d]
+            sa = sa.narrow(d, max(k, 0), n - abs(k))
+            se = se.narrow(d, max(-k, 0), n - abs(k))
+        if float((sa - se).abs().max()) <= 1e-7 * scale:
+            moved = ", ".join(f"dim {d} by {k:+d}" for d, k in zip(dims, shift) if k)
+            return Pattern("shifted", f"away from the borders ours equals the reference shifted ({moved})",
+                           "the output is displaced: padding applied on one side (or unevenly), an off-by-one in "
+                           "the window start, or a wrong crop", {"shift": list(shift), "dims": dims})
+    return None
 
 
 def _ratio(a: Tensor, e: Tensor, sizes: List[int]) -> Optional[Pattern]:

@@ -54,6 +54,7 @@ class Alignment:
         label: what the report names as the reference (``torch.nn.GRUCell``); empty for none.
         auto: how an automatic reference was built, when layerlab chose it (empty when the user did).
         state_buffers: buffers copied as state (see the module docstring).
+        suspect: no reference, but what layerlab saw trying to build one points at a bug (a warning).
     """
 
     reference: Any
@@ -64,6 +65,7 @@ class Alignment:
     label: str = ""
     auto: str = ""
     state_buffers: List[str] = field(default_factory=list)
+    suspect: str = ""
 
 
 #: buffer names that hold running state, whatever module owns them

@@ -22,6 +22,7 @@ inputs passed in: every check works on copies.
 from __future__ import annotations
 
 import functools
+import re
 import time
 import traceback
 from dataclasses import dataclass
@@ -185,7 +186,7 @@ def verify_args(module, args, reference, weight_map, tags, opts: VerifyOptions, 
     alignment = prepare(module, args, reference, weight_map, reference_output, auto=opts.auto_reference)
     case = Case(module=module, args=list(args), target=target, reference=alignment.reference,
                 param_map=alignment.param_map, reference_note=alignment.note, reference_error=alignment.error,
-                reference_auto=alignment.auto, tags=tags, seed=opts.seed, batch_dims=dict(batch_dims))
+                reference_auto=alignment.auto, reference_suspect=alignment.suspect, tags=tags, seed=opts.seed, batch_dims=dict(batch_dims))
     results = run_checks(case, opts)
     return VerifyReport(
         target=target, module=class_path(module),
@@ -251,7 +252,9 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
         elif name == "runs" and result.details.get("outside_domain"):
             skip_why = ("skipped: torch's own module returns non-finite values for these inputs (see runs); "
                         "comparing values needs inputs in its domain")
-    return results
+    from layerlab.checks.repeatable import reexplain
+
+    return reexplain(case, results)  # one random forward fails every comparison: say so, once
 
 
 @functools.lru_cache(maxsize=1)
@@ -283,6 +286,9 @@ def _frame_owner(filename: str) -> str:
         return "torch"
     return "layer"
 
+
+#: autograd's message when the forward overwrote a tensor it saved for backward
+_INPLACE_SAVED = re.compile(r"modified by an inplace operation(?::[^\n]*?, which is (?P<which>output \d+ of \w+))?")
 
 #: layerlab's torch function / dispatch modes (float32 islands, the op trace) pass each op through
 _PASS_THROUGH = ("__torch_function__", "__torch_dispatch__")
@@ -320,6 +326,18 @@ def check_raised(name: str, exc: BaseException) -> CheckResult:
     where_frame = layer_frames[-1] if layer_frames else last
     where = f"{where_frame.filename.rsplit('/', 1)[-1]}:{where_frame.lineno} ({where_frame.name})" if where_frame else None
     details = {"exception": type(exc).__name__, "message": str(exc)[:2000], "raised_in": owners[-1] if owners else None}
+    inplace = _INPLACE_SAVED.search(str(exc)) if isinstance(exc, RuntimeError) else None
+    if inplace:
+        # autograd raises this in backward, with no layer frame on the stack, but the cause is an in-place
+        # op in the forward that overwrote a tensor autograd had saved: the layer's bug, not torch refusing inputs
+        saved = inplace.group("which") or "a tensor"
+        return CheckResult(name, Status.FAIL, f"backward is impossible: an in-place operation in the forward "
+                           f"modified {saved}, which autograd saved for the backward",
+                           where=f"forward ({saved})" if inplace.group("which") else where,
+                           hint="an in-place op (x.mul_(…), x += …, x[idx] = …, relu(inplace=True)) overwrote a "
+                           "tensor autograd needs: write the out-of-place form (s = s * 2, not s.mul_(2)); "
+                           "torch.autograd.set_detect_anomaly(True) prints the forward line of the op",
+                           details={**details, "inplace": True})
     if owners and owners[-1] == "harness":
         return CheckResult(name, Status.WARN, f"the check could not run: layerlab raised {type(exc).__name__}: {text}",
                            where=where, hint="this is a layerlab bug, not a finding about the layer; "

@@ -1,0 +1,102 @@
+"""What shape a wrong gradient has: gradcheck's "the backward is wrong" turned into which mistake.
+
+gradcheck (:mod:`layerlab.checks.numgrad`) compares analytical and numerical derivatives along a
+random direction, which says *that* a custom backward is wrong. Here, for small failing tensors,
+the whole vector-Jacobian product ``vᵀJ`` is computed both ways (autograd; central differences,
+one pair of forwards per element, float64) and compared the way parity compares outputs
+(:func:`layerlab.checks.patterns.pattern`), plus one pattern only gradients have:
+
+* **swapped**: the gradient returned for ``x`` is the one ``y`` needs and vice versa (a backward
+  that returns its gradients in the wrong order);
+* **transposed**: ``x.t() @ g`` where ``g.t() @ x`` is meant;
+* a **constant ratio**: a dropped factor, a mean where a broadcast dim must be summed (1/N).
+
+Nothing is claimed when no pattern fits: the caller keeps its plain verdict.
+
+Legend: v the random output direction · J the Jacobian · N a size the ratio names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from layerlab.checks.patterns import mismatch, pattern
+
+#: elements of all failing tensors together, above which the numerical vᵀJ costs too many forwards
+MAX_ELEMENTS = 4096
+
+
+def _outputs(out: Any) -> List[Tensor]:
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    return [o for o in items if isinstance(o, Tensor) and o.is_floating_point()]
+
+
+def _loss(f: Callable, args: Sequence[Tensor], vs: List[Tensor]) -> Tensor:
+    return sum((o * v).sum() for o, v in zip(_outputs(f(*args)), vs))
+
+
+def backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[str], failing: Sequence[str],
+                     seed: int = 0, eps: float = 1e-6) -> Optional[Tuple[str, str]]:
+    """``(what is seen, the fix)`` for the wrong gradients of ``failing``, or ``None``."""
+    try:  # a refinement of a verdict already reached: if it cannot run, the plain verdict stands
+        return _backward_pattern(f, tensors, names, failing, seed, eps)
+    except Exception:
+        return None
+
+
+def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[str], failing: Sequence[str],
+                      seed: int, eps: float) -> Optional[Tuple[str, str]]:
+    index = [names.index(n) for n in failing if n in names]
+    if not index or sum(tensors[i].numel() for i in index) > MAX_ELEMENTS:
+        return None
+    fixed = [t.detach().clone() for t in tensors]
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        vs = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in _outputs(f(*fixed))]
+    live = list(fixed)
+    for i in index:
+        live[i] = fixed[i].clone().requires_grad_(True)
+    grads = torch.autograd.grad(_loss(f, live, vs), [live[i] for i in index], allow_unused=True)
+    analytical = {i: (g if g is not None else torch.zeros_like(fixed[i])).detach() for i, g in zip(index, grads)}
+    numerical = {}
+    with torch.no_grad():
+        for i in index:
+            flat, num = fixed[i].reshape(-1), torch.zeros(fixed[i].numel(), dtype=fixed[i].dtype)
+            for k in range(flat.numel()):
+                keep = float(flat[k])
+                flat[k] = keep + eps
+                up = float(_loss(f, fixed, vs))
+                flat[k] = keep - eps
+                down = float(_loss(f, fixed, vs))
+                flat[k] = keep
+                num[k] = (up - down) / (2 * eps)
+            numerical[i] = num.reshape(fixed[i].shape)
+    close = lambda a, b: a.shape == b.shape and not mismatch(a, b, rtol=1e-5, atol=1e-6 * (1 + float(b.abs().max()))).any()  # noqa: E731
+    for a in index:
+        for b in index:
+            if a < b and close(analytical[a], numerical[b]) and close(analytical[b], numerical[a]) \
+                    and not close(analytical[a], numerical[a]):
+                return (f"the gradient returned for {names[a]} is the one {names[b]} needs, and vice versa",
+                        f"the backward returns its gradients in the wrong order: return them in the order of the "
+                        f"forward's inputs ({names[min(a, b)]}, {names[max(a, b)]}, …)")
+    ratios = []
+    for i in index:
+        found = pattern(analytical[i], numerical[i])
+        if found is not None and found.kind == "transposed":
+            return (f"the gradient of {names[i]} is the right one transposed",
+                    f"the backward computes {names[i]}'s gradient transposed: for y = x @ W.T it is g.T @ x, not "
+                    "x.T @ g")
+        if found is not None and found.kind == "ratio":
+            ratios.append((names[i], found))
+    if not ratios:
+        return None
+    name, found = ratios[0]
+    n = 1 / found.details["ratio"]
+    mean = (f"; 1/{round(n)}: a mean over {round(n)} elements where the backward must sum over the broadcast "
+            "dimension?") if found.details["factor"] is None and n > 2.5 and abs(n - round(n)) < 1e-3 else ""
+    listed = ", ".join(f"{nm} ({p.details['ratio']:.4g})" for nm, p in ratios)
+    return (f"analytical/numerical is constant for {listed}",
+            f"the backward's gradient for {name} is off by a constant factor: {found.hint}{mean}")
