@@ -141,6 +141,7 @@ def check_target(t: Any, *, autocast: Optional[Sequence[str]] = None, cast: Opti
         half = run(t.module, args, setting, seed=t.seed, reference=ref)
         saved_inputs.restore()
         report.runs.append(_compare(ref, half, t.seed, device.type, scale))
+        _check_kinks(t, args, ref, half, report.runs[-1], saved_inputs)
     report.forecast = diagnose.forecast(ref, device.type, any(s.dtype == "float16" for s in settings))
     _notes(report, ref)
     if saved_inputs.changed:
@@ -200,6 +201,26 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
                                     message=f"{len(resized)} module call(s) returned other sizes in {setting.label} "
                                             "than in float32 (data-dependent shapes): their errors are not measured"))
     return out
+
+
+def _check_kinks(t: Any, args: List[Any], ref: RunResult, half: RunResult, out: PrecisionRun,
+                 saved_inputs: SavedInputs) -> None:
+    """A gradient warning that no forward finding explains: if ReLU inputs that rounding moved across
+    0 explain it (:mod:`~layerlab.mixed.kinks`, two more runs of a copy), it becomes an info note.
+    Only when there is such a warning; anything else keeps it as it is."""
+    warned = [i for i, f in enumerate(out.findings) if f.kind == "gradient" and f.cause == diagnose.IN_THE_BACKWARD]
+    if not warned or half.raised is not None:
+        return
+    from layerlab.mixed.kinks import verify
+
+    names = [p.name for p in diagnose.over_grad_bar(out.params, out.tolerance)]
+    try:
+        verdict = verify(t.module, args, ref, half, names, t.seed, restore=saved_inputs.restore)
+    except Exception:  # a model that will not run under the mode: the warning stands
+        saved_inputs.restore()
+        return
+    if verdict.explains(out.tolerance.grad):
+        out.findings[warned[0]] = diagnose.at_a_kink(out.findings[warned[0]], verdict, out.tolerance)
 
 
 def _confirm_noise(t: Any, args: List[Any], ref: RunResult) -> None:

@@ -13,7 +13,9 @@ Rules (``tol`` = :class:`~layerlab.mixed.dtypes.Tolerance` of the run's dtype):
 * **underflow** (float16 runs) — more than 1 % of a parameter gradient's norm is carried by
   elements that are small (below 2⁻¹⁴) in float32 and exactly 0 here.
 * **gradient** — a parameter gradient's error above ``tol.grad``: a warning naming it (the
-  backward of everything after it contributes; the forward rows say where, if anywhere).
+  backward of everything after it contributes; the forward rows say where, if anywhere). With no
+  forward finding, :mod:`~layerlab.mixed.kinks` checks whether ReLU inputs that rounding moved
+  across 0 explain it; if they do, an info note says so instead (:func:`at_a_kink`).
 * The model output's error above ``tol.output`` with no call flagged: a warning (error that
   grows module by module, no single culprit).
 
@@ -175,17 +177,46 @@ def _underflow(param_rows: List[ParamRow], tol: Tolerance, label: str, after_non
     return out
 
 
+#: the cause of a gradient warning that no forward finding explains (:mod:`~layerlab.mixed.kinks` checks it)
+IN_THE_BACKWARD = "no forward output is off by as much: the loss of precision is in the backward"
+
+
+def over_grad_bar(param_rows: List[ParamRow], tol: Tolerance) -> List[ParamRow]:
+    """The parameters whose gradient error is above the bar."""
+    return [p for p in param_rows if p.error is not None and not math.isnan(p.error) and p.error > tol.grad]
+
+
 def _gradient(param_rows: List[ParamRow], tol: Tolerance, label: str, explained: bool) -> List[Finding]:
-    bad = [p for p in param_rows if p.error is not None and not math.isnan(p.error) and p.error > tol.grad]
+    bad = over_grad_bar(param_rows, tol)
     if not bad:
         return []
     worst = max(bad, key=lambda p: p.error)
-    why = "the forward finding above is the likely source" if explained else \
-        "no forward output is off by as much: the loss of precision is in the backward"
+    why = "the forward finding above is the likely source" if explained else IN_THE_BACKWARD
     return [Finding(severity="warning", kind="gradient", where=worst.name, run=label,
                     message=f"gradient of {worst.name} is off by {_eps(worst.error, tol)} > {tol.grad:.2g} in {label}"
                             + (f" ({len(bad) - 1} more parameter(s) above it)" if len(bad) > 1 else ""),
                     cause=why)]
+
+
+def at_a_kink(warning: Finding, verdict, tol: Tolerance) -> Finding:
+    """The info note that replaces a gradient ``warning`` which kink flips explain
+    (``verdict``: :class:`~layerlab.mixed.kinks.Verdict`, :meth:`~layerlab.mixed.kinks.Verdict.explains`)."""
+    parts = []
+    for f in (f for f in verdict.flips if f.flipped):
+        what = "max-pool windows picked another element" if f.family == "max-pool" else \
+            f"{f.family} inputs took the other side of the kink"
+        text = f"{f.flipped} of {f.total} {what}"
+        if f.example is not None:
+            here = f", {f.example[1]:.1e} here" if f.example[1] is not None else ""
+            text += f" (e.g. {f.example[0]:.1e} in float32{here})"
+        parts.append(text)
+    worst = max(verdict.errors.values())
+    return Finding(severity="info", kind="gradient", where=warning.where, run=warning.run,
+                   message=f"{warning.message}: {'; '.join(parts)}; float32 on the same sides differs by "
+                           f"{100 * worst:.2g} % ({worst / tol.eps:.2g}·eps): rounding at a kink, not lost precision in "
+                           "the backward",
+                   cause="an input within rounding of a kink (a ReLU input near 0) took the other branch, "
+                         "switching its gradient path off or on: one such element moves a small model's gradients by percents")
 
 
 def forecast(ref: RunResult, device_type: str, fp16_ran: bool) -> List[Finding]:

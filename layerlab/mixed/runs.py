@@ -121,11 +121,12 @@ def _amax(t: torch.Tensor) -> float:
 
 
 def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed: int,
-        reference: Optional[RunResult] = None) -> RunResult:
+        reference: Optional[RunResult] = None, mode: Optional[Any] = None) -> RunResult:
     """Run ``setting`` on ``module`` (or a copy, see :func:`stateless`) with ``args``
     (:class:`~layerlab.target.bind.Arg`); the module comes back as it was.
 
-    ``reference``: the float32 run (its loss projections are reused). An exception
+    ``reference``: the float32 run (its loss projections are reused). ``mode``: a context manager
+    entered around the forward, innermost (a TorchFunctionMode of :mod:`~layerlab.mixed.kinks`). An exception
     of the model is kept in ``raised`` (the caller decides what it means); layerlab's own
     (:class:`~layerlab.probe.hooks.ProbeBug`) propagates.
     """
@@ -143,7 +144,7 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
     saved = SavedBuffers(modules) if in_place else None
     try:
         _run(model, args, setting, dtype, seed, device, lazy, reference, result,
-             named_modules if in_place else list(model.named_modules()))
+             named_modules if in_place else list(model.named_modules()), mode)
     finally:
         if saved is not None:
             saved.restore()
@@ -153,7 +154,7 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
 
 def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: Optional[torch.dtype], seed: int,
          device: torch.device, lazy: bool, reference: Optional[RunResult], result: RunResult,
-         named_modules: List[tuple]) -> None:
+         named_modules: List[tuple], mode: Optional[Any] = None) -> None:
     from layerlab.target.bind import call, map_args
 
     rng_devices = [device] if device.type == "cuda" else []
@@ -182,7 +183,7 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
             if recorder is not None:
                 recorder.install(named_modules)
             try:
-                with capture, trace or contextlib.nullcontext(), autocast:
+                with capture, trace or contextlib.nullcontext(), autocast, mode or contextlib.nullcontext():
                     output = call(model, args)
             finally:
                 if recorder is not None:

@@ -52,17 +52,33 @@ def test_stock_torch_models_have_no_finding(training):
 
 
 @FP16
-@pytest.mark.xfail(strict=True, reason="known false alarm (runs.py): with attention dropout and FFN dropout "
-                   "both on, the float32 and autocast runs' gradients differ by ~7% in bf16 and fp16 alike "
-                   "(plain torch: 0.07%), so the dropout masks are not the same in the two runs")
 def test_pre_ln_encoder_with_dropout_in_training_has_no_gradient_warning():
+    """Once a false alarm ("the loss of precision is in the backward"): in this init exactly one
+    input of the layer's ReLU (a linear1 output) is +2.8e-4 in float32 and -3.7e-5 under float16
+    autocast, so the ReLU takes the other branch there and the small model's gradients move by 7 %
+    (the dropout masks are the same in both runs). Rounding at a kink, said as an info note
+    (tests/precision_check/test_kinks.py checks its numbers)."""
+    from layerlab.target.seeding import seed_generators
+
     g = _gen(1)
     torch.manual_seed(0)
     nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)  # this init is the one that shows it
     model = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True, norm_first=True)
     x = (torch.randn(2, 10, 32, generator=g), torch.randn(2, 10, 32, generator=g))[1]
+    relu_inputs = []
+    hook = model.linear1.register_forward_hook(lambda m, i, o: relu_inputs.append(o.detach().float()))
+    for half in (False, True):  # plain torch, seeded as precision-check seeds
+        with torch.random.fork_rng(devices=[]):
+            seed_generators(0, [])
+            with torch.autocast("cpu", dtype=torch.float16, enabled=half):
+                model(x)
+    hook.remove()
+    assert int(((relu_inputs[0] > 0) != (relu_inputs[1] > 0)).sum()) == 1  # the flip exists
     report = layerlab.precision_check(model, x, **_settings())
     assert not [f for f in report.findings if f.severity in ("error", "warning")], report.findings
+    notes = [f for f in report.findings if f.kind == "gradient"]
+    assert [(f.severity, f.run) for f in notes] == [("info", "autocast float16")]
+    assert "1 of 1280 ReLU inputs took the other side of the kink" in notes[0].message
 
 
 def test_a_long_cumsum_is_not_blamed():
