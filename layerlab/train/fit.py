@@ -72,7 +72,9 @@ def judge(losses: List[float], steps: int, trainable: int, target_values: Option
             why = (f"it cannot fit a random target exactly: {trainable:,} trainable values for "
                    f"{target_values:,} target values, so the loss has a floor above 0")
         else:
-            why = f"short of {EXPECTED:g}×: more steps (--steps {steps * 4}) or a larger --lr should get there"
+            # a prediction layerlab has not tested: say how to find out, not that it will work
+            why = (f"short of {EXPECTED:g}×; whether more steps get there is not tested here: run "
+                   f"--steps {steps * 4} (or a larger --lr) to find out")
         return FitVerdict("falls", initial, final, factor, EXPECTED, trainable, target_values,
                           f"fell {_x(factor)} in {n} steps; {why}")
     if final <= initial * (1 - MIN_SLOW) and _steady(losses):
