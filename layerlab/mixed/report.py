@@ -80,8 +80,9 @@ class Finding:
     """Something seen. ``severity``: ``error`` fails the check, ``warning`` does not, ``info``.
 
     ``kind``: ``overflow``, ``non-finite``, ``precision``, ``underflow``, ``gradient``, ``raised``, ``unsupported``
-    (measured in a run) or ``fp16-overflow``, ``fp16-underflow`` (forecast from float32 values).
-    ``where`` names the module call (or parameter); ``cause`` says why, when it can be told;
+    (measured in a run) or ``fp16-overflow``, ``fp16-underflow`` (forecast from float32 values); a
+    ``gradient`` finding is ``info`` where a float32 replay on the half run's kink sides explained it
+    (:mod:`~layerlab.mixed.kinks`). ``where`` names the module call (or parameter); ``cause`` says why, when it can be told;
     ``fix`` what to change; ``source`` the user's ``file:line`` of the op it blames."""
 
     severity: str
