@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from layerlab.errors import Problem
-from layerlab.train.squashed import _SHAPE_ONLY
+from layerlab.train.squashed import maker
 
 __all__ = ["findings", "default_target_floor"]
 
@@ -52,16 +52,7 @@ def _loss_of(objective: Any):
 
 
 def _bound(pred: torch.Tensor) -> Tuple[Optional[Tuple[str, float, float]], Any]:
-    node, hops = pred.grad_fn, 0
-    while node is not None and hops < 8:
-        kind = type(node).__name__
-        if kind in _BOUNDED:
-            return _BOUNDED[kind], node
-        if kind not in _SHAPE_ONLY:
-            return None, None
-        node = node.next_functions[0][0] if node.next_functions else None
-        hops += 1
-    return None, None
+    return maker(pred, _BOUNDED)
 
 
 def findings(objective: Any, pred: Any, first_loss: Optional[float], made_by: List[Tuple[Any, str]]

@@ -12,7 +12,7 @@ reshape values (a ``squeeze``, a ``view``). ``log_softmax`` (for ``nll``) and a 
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Dict, Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,18 +38,24 @@ def _logits_loss(name: str, fn: Any) -> Optional[str]:
     return None
 
 
-def _last_op(pred: torch.Tensor) -> Tuple[Optional[str], Any]:
-    """``(softmax | sigmoid | None, its autograd node)`` of the op that made ``pred``."""
+def maker(pred: torch.Tensor, wanted: Dict[str, Any]) -> Tuple[Any, Any]:
+    """``(wanted[kind], its autograd node)`` of the op that made ``pred``, looking through ops that only
+    move values (``_SHAPE_ONLY``, at most 8 of them); ``(None, None)`` when another op made it."""
     node, hops = pred.grad_fn, 0
     while node is not None and hops < 8:
         kind = type(node).__name__
-        if kind in _SQUASH:
-            return _SQUASH[kind], node
+        if kind in wanted:
+            return wanted[kind], node
         if kind not in _SHAPE_ONLY:
             return None, None
         node = node.next_functions[0][0] if node.next_functions else None
         hops += 1
     return None, None
+
+
+def _last_op(pred: torch.Tensor) -> Tuple[Optional[str], Any]:
+    """``(softmax | sigmoid | None, its autograd node)`` of the op that made ``pred``."""
+    return maker(pred, _SQUASH)
 
 
 def findings(objective: Any, pred: torch.Tensor, made_by: List[Tuple[Any, str]]) -> Optional[Problem]:
