@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
 from layerlab.probe import channel_rules, hf_rules, loss_rules, upstream_rules
+from layerlab.probe.channel_rules import where_passed
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import mha, transformer_masks
@@ -184,8 +185,43 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     for rule in rules:
         found = _safe(lambda: rule(ctx))
         if found is not None:
-            return _readable(found)
+            return _at_model_input(ctx, _readable(found))
     return None
+
+
+def _at_model_input(ctx: FailureContext, found: Diagnosis) -> Diagnosis:
+    """A cast of a nested module's input that the model was *given* (the same tensor) is moved to where
+    the user passes it: ``input_ids.long()`` at the model, not ``x.long()`` inside
+    ``embeddings.word_embeddings`` (code a user of a library model cannot edit). The same cast of the
+    same tensor, so the verified run is unchanged; only where the fix is written moves."""
+    fix = found.fix
+    if fix is None or fix.kind != "cast-input" or not fix.where or not fix.code.startswith("x.") or not ctx.outer:
+        return found
+    key = fix.params.get("arg")
+    if isinstance(key, str):
+        tensor = ctx.kwargs.get(key)
+    else:
+        tensor = ctx.args[key] if isinstance(key, int) and key < len(ctx.args) else None
+    if not isinstance(tensor, torch.Tensor):
+        return found
+    path, outer_key, name = where_passed(ctx, tensor)
+    if path == ctx.path:
+        return found
+    if isinstance(outer_key, int) and _from_torch(ctx, path):
+        name = "x"  # nn.Sequential's `input` is not what the caller calls it
+    code = name + fix.code[1:]
+    found.fix = FixStep(fix.kind, path, code, {**fix.params, "arg": outer_key})
+    if found.hint:
+        found.hint = found.hint.replace(fix.code, code)
+    return found
+
+
+def _from_torch(ctx: FailureContext, path: str) -> bool:
+    try:
+        module = ctx.recorder.root.get_submodule(path) if path else ctx.recorder.root
+    except Exception:  # noqa: BLE001 - a path the recorder cannot resolve: keep the name read
+        return False
+    return type(module).__module__.startswith("torch.")
 
 
 def _readable(found: Diagnosis) -> Diagnosis:

@@ -20,7 +20,7 @@ from layerlab.probe.layout import move_axis, permute_code
 from layerlab.probe.report import Diagnosis, FixStep
 
 
-def _where_passed(ctx, x: torch.Tensor):
+def where_passed(ctx, x: torch.Tensor):
     """``(path, key, name)`` of the outermost call that received ``x`` itself as an argument."""
     for path, args, kwargs in ctx.outer:
         names = ()
@@ -50,7 +50,7 @@ def channels_last(ctx) -> Optional[Diagnosis]:
     if shape[1] == C or shape[-1] != C:
         return None
     dims = move_axis(r, r - 1, 1)
-    path, key, name = _where_passed(ctx, x)
+    path, key, name = where_passed(ctx, x)
     code = permute_code(name, dims)
     spatial = ", ".join("HWD"[i] for i in range(r - 2)) if r <= 5 else "…"
     return Diagnosis(

@@ -1076,12 +1076,12 @@ CASES: List[Case] = [
          hand=lambda: CausalMHA(cast=True), tempting="mask == 0"),
     # -- dtypes ------------------------------------------------------------------------------------
     Case("embedding_float_ids", BagOfWords, lambda: ((_ids(40, 2, 6).float(),), {}),
-         path="emb", cause="dtype", fix=("cast-input", "emb", "x.long()"), status="runs", hand=BagOfWordsHand),
+         path="emb", cause="dtype", fix=("cast-input", "", "ids.long()"), status="runs", hand=BagOfWordsHand),  # where the ids come in
     Case("f_embedding_float_ids", SharedEmbedding, lambda: ((_ids(20, 2, 6).float(),), {}),
          path="", op=("F.embedding", "@f_embedding"), cause="dtype",
          fix=("replace-op", "@f_embedding", "ids.long()"), status="runs", hand=lambda: SharedEmbedding(cast=True)),
     Case("float64_input_to_float32_linear", TabularMLP, lambda: ((_randn(4, 6, dtype=torch.float64),), {}),
-         path="net.0", cause="dtype", fix=("cast-input", "net.0", "x.to(torch.float32)"), status="runs",
+         path="net.0", cause="dtype", fix=("cast-input", "", "x.to(torch.float32)"), status="runs",
          hand=TabularMLPHand),
     Case("float64_input_to_user_matmul", ManualLinear, lambda: ((_randn(4, 6, dtype=torch.float64),), {}),
          path="", op=("matmul", "@matmul_dtype"), cause="dtype",

@@ -59,7 +59,7 @@ EXPECT = {
     "c06_kpm_int_meaning": Expect("mha", "mask-dtype", "mask == 0", ("int64", "1 reads as keep"), not_first=("mask.bool()",)),
     "c07_causal_mask_size": Expect("layer.self_attn", "mask-shape", "src_mask[:10, :10]",
                                    ("causal mask for 16 positions", "has 10")),
-    "c08_embedding_float_ids": Expect("emb", "dtype", "x.long()", ("integer ids",)),
+    "c08_embedding_float_ids": Expect("emb", "dtype", "ids.long()", ("integer ids",)),
     "c09_double_input": Expect("fc1", "dtype", "x.to(torch.float32)", ("float64",)),
     "c10_view_after_permute": Expect("", "non-contiguous", "reshape", ("permute(0, 2, 1)",), op="view"),
     "c11_cat_wrong_dim": Expect("", "cat-dim", "cat(…, dim=1)", ("dim 1: [8, 16]",), op="cat"),
@@ -84,7 +84,7 @@ EXPECT = {
 }
 
 HF_EXPECT = {
-    "c22_hf_bert_float_ids": Expect("embeddings.word_embeddings", "dtype", "x.long()", ("integer ids",)),
+    "c22_hf_bert_float_ids": Expect("embeddings.word_embeddings", "dtype", "input_ids.long()", ("integer ids",)),
     "c23_hf_vit_nhwc": Expect("embeddings.patch_embeddings", "layout", "pixel_values.permute(0, 3, 1, 2)",
                               ("channels-last",), not_first=("num_channels=16",)),
     "c24_hf_float_labels": Expect("", "loss-target", "labels.long()", ("labels are float", "multi_label_classification"),
