@@ -54,6 +54,9 @@ class Watch:
 
     def __init__(self, model: nn.Module) -> None:
         self.paths = {id(m): p for p, m in model.named_modules()}
+        #: paths of the recurrent modules (a zero gradient there may be its default zero state)
+        self.recurrent = {p for p, m in model.named_modules()
+                          if isinstance(m, (nn.RNNBase, nn.RNNCellBase)) or hasattr(m, "hidden_size")}
         self.called: Set[str] = set()
         self.with_graph: Set[str] = set()
         self.relu_alive: Dict[str, bool] = {}
@@ -228,10 +231,15 @@ def _zero_grad(who: str, where: str, path: str, data: dict, watch: Watch) -> Pro
                        "no gradient passes it", where=where, severity="error", data=data,
                        hint="look at the bias/initialisation feeding the ReLU, or use LeakyReLU/GELU")
     if watch.output_grad.get(path):
+        if path in watch.recurrent:
+            what, hint = ("an all-zero input or state, such as a recurrent cell's default zero hidden state",
+                          "give it a non-zero input/state (hx) if it should learn from this batch")
+        else:  # not a recurrent module: no hidden state to talk about
+            what, hint = ("its input is all zeros here: all-padding tokens, a masked or zeroed input",
+                          "look at what feeds it in this batch: it should learn once its input is not all 0")
         return Problem("zero-grad", f"{said}; a gradient does reach the output of {where}, so what this parameter "
-                       "multiplies is 0 in this batch (an all-zero input or state, such as a recurrent cell's "
-                       "default zero hidden state)", where=where, severity="warning", data=data,
-                       hint="give it a non-zero input/state (hx) if it should learn from this batch")
+                       f"multiplies is 0 in this batch ({what})", where=where, severity="warning", data=data,
+                       hint=hint)
     return Problem("zero-grad", f"{said}; no gradient signal arrives at {where}: something between it and the loss "
                    "passes none (a saturated activation, a multiply by 0, a dead F.relu layerlab cannot see)",
                    where=where, severity="error", data=data, hint="inspect the layers after it: layerlab inspect")

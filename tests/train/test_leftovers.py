@@ -232,3 +232,28 @@ def test_a_torch_loss_named_by_path_works_from_python_as_in_a_spec():
     with pytest.raises(UsageError, match="unknown loss") as raised:
         run("mymod:my_loss")
     assert "pass a loss function or module itself" in raised.value.hint
+
+
+def test_a_zero_input_outside_a_recurrent_module_is_not_told_about_hidden_states():
+    # an all-padding batch: the embedding returns zeros, so the head's weight gradient is exactly 0
+    # (grad = grad_outᵀ · 0); the warning used to say "give it a non-zero input/state (hx)"
+    torch.manual_seed(0)
+
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 8, padding_idx=0)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, ids):
+            return self.head(self.emb(ids).mean(1))
+
+    model, ids = Bag(), torch.zeros(4, 5, dtype=torch.long)
+    assert torch.equal(model.emb(ids), torch.zeros(4, 5, 8))  # the premise, in plain torch
+    try:
+        report = train_check(model, ids, steps=5)
+    except CheckFailed as failed:
+        report = failed.report
+    head = [f for f in report.flags if f.code == "zero-grad" and f.where == "head"]
+    assert head and "hx" not in head[0].hint and "hidden state" not in head[0].message, head
+    assert "input is all zeros" in head[0].message
