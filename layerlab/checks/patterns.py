@@ -38,7 +38,8 @@ class Pattern:
     """A regularity in the difference between ours and the reference.
 
     Attributes:
-        kind: ``ratio``, ``offset``, ``transposed``, ``gates``, ``positions`` or ``indices``.
+        kind: ``ratio``, ``offset``, ``transposed``, ``row_ratio``, ``normalised_axis``, ``shifted``,
+            ``gates``, ``positions`` or ``indices``.
         text: what was seen (``constant ratio 0.9354 ≈ √((N−1)/N) with N=8``).
         hint: what it points to (never a cause the pattern does not show).
         details: the numbers (JSON-ready).
@@ -83,7 +84,33 @@ def pattern(actual: Optional[Tensor], expected: Optional[Tensor], *, sizes: Sequ
         return Pattern("transposed", "equals the reference's transposed",
                        "the tensor is used transposed: x @ W where the reference computes x @ W.T "
                        "(or W stored as (in, out))")
-    return _row_ratio(a, e) or _shifted(a, e) or _localised(bad, gates, time_dim)
+    return _row_ratio(a, e) or _normalised_axis(a, e) or _shifted(a, e) or _localised(bad, gates, time_dim)
+
+
+def _standardised_along(t: Tensor, dim: int) -> bool:
+    """Mean 0 and (biased) variance 1 along ``dim`` in every slice: what a norm with an identity
+    affine (its initial weight 1 and bias 0) outputs along the dims it normalises. Variance within 2 %
+    of 1 (eps moves it below 1 for slices of small spread), mean within 1e-6 of 0."""
+    if t.shape[dim] < 3:
+        return False
+    mean, var = t.mean(dim), t.var(dim, unbiased=False)
+    return bool(mean.abs().max() <= 1e-6 and (var - 1).abs().max() <= 0.02)
+
+
+def _normalised_axis(a: Tensor, e: Tensor) -> Optional[Pattern]:
+    """The reference is standardised along one dim and ours along another: a norm that reduces over
+    the wrong axis (``x.mean(1)`` on ``(B, T, C)`` where LayerNorm reduces over ``C``)."""
+    if a.dim() < 2:
+        return None
+    ref = [d for d in range(a.dim()) if _standardised_along(e, d)]
+    ours = [d for d in range(a.dim()) if _standardised_along(a, d)]
+    if len(ref) != 1 or not ours or ref[0] in ours:
+        return None
+    want, got = ref[0] - a.dim(), ours[0] - a.dim()
+    return Pattern("normalised_axis", f"ours has mean 0 and variance 1 along dim {got} (size {a.shape[got]}), the "
+                   f"reference along dim {want} (size {a.shape[want]})",
+                   f"the statistics are taken over the wrong axis: reduce over dim {want} (mean/var(dim={want}, "
+                   f"keepdim=True)), not dim {got}", {"ours_dim": got, "reference_dim": want})
 
 
 def _row_ratio(a: Tensor, e: Tensor) -> Optional[Pattern]:

@@ -213,12 +213,21 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(ms + self.eps) * self.weight
 
 
-def test_layernorm_over_the_wrong_axis_fails_parity_without_a_made_up_cause():
+def test_layernorm_over_the_wrong_axis_fails_parity_and_names_the_axis():
     torch.manual_seed(0)
-    r = layerlab.verify(LayerNorm(16, axis=-2), torch.randn(4, 5, 16))
+    x = torch.randn(4, 5, 16)
+    r = layerlab.verify(LayerNorm(16, axis=-2), x)
     f = verdicts(r)["forward_parity"]
     assert failed(r) == ["backward_parity", "forward_parity"], layerlab.render(r)
-    assert "auto-reference torch.nn.LayerNorm" in f.summary and "none of the patterns" in f.hint
+    assert "auto-reference torch.nn.LayerNorm" in f.summary
+    assert f.details["pattern"]["kind"] == "normalised_axis"
+    assert (f.details["pattern"]["ours_dim"], f.details["pattern"]["reference_dim"]) == (-2, -1)
+    assert "reduce over dim -1" in f.hint and "not dim -2" in f.hint
+    # the premise, in plain torch: the buggy layer standardises along dim -2, torch's along dim -1
+    with torch.no_grad():
+        ours, ref = LayerNorm(16, axis=-2)(x), nn.LayerNorm(16)(x)
+    assert float(ours.mean(-2).abs().max()) < 1e-5 and float(ref.mean(-1).abs().max()) < 1e-5
+    assert float(ours.mean(-1).abs().max()) > 0.01
     healthy = layerlab.verify(LayerNorm(16), torch.randn(4, 5, 16))
     assert failed(healthy) == [] and verdicts(healthy)["forward_parity"].status == Status.PASS
 
