@@ -301,7 +301,8 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     positional, keyword = [a.value for a in args if not a.keyword], {a.name: a.value for a in args if a.keyword}
     empty = no_signal.zero_loss(run.losses, tracker.nonzero_grad, verdict)  # a mask that zeroes every element
     flags += [empty] if empty is not None else []
-    same = constant_output.finding(run.same, objective, verdict.verdict) if empty is None else None
+    same = constant_output.finding(run.same, objective, verdict.verdict, [*positional, *keyword.values()]) \
+        if empty is None else None
     flags += [same] if same is not None else []
     if run.nonfinite is not None:
         nf = run.nonfinite

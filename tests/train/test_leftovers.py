@@ -257,3 +257,18 @@ def test_a_zero_input_outside_a_recurrent_module_is_not_told_about_hidden_states
     head = [f for f in report.flags if f.code == "zero-grad" and f.where == "head"]
     assert head and "hx" not in head[0].hint and "hidden state" not in head[0].message, head
     assert "input is all zeros" in head[0].message
+
+
+def test_equal_predictions_from_equal_inputs_are_not_blamed_on_the_model():
+    # constant-output says "the model ignores what tells the samples apart"; with every sample's input
+    # the same, nothing does: that is the data's doing, said as a warning, never an error
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    same = torch.ones(6, 8)
+    report = train_check(model, same, steps=20)
+    (flag,) = report.flag("constant-output")
+    assert flag.severity == "warning" and "same input" in flag.message
+    assert report.ok
+    with torch.no_grad():  # the premise: equal inputs give equal rows
+        out = model(same)
+    assert torch.equal(out, out[:1].expand_as(out))
