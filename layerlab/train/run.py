@@ -33,7 +33,7 @@ from layerlab.target.bind import describe, map_args
 from layerlab.spec.limits import clean_text
 from layerlab.train import (constant_output, diverge, fit, forward_blame, frozen, high_dropout, loss as L, no_signal,
                             output_range, recreated, replay, squashed, summed, unregistered, vanishing)
-from layerlab.train.objective import build_objective, loss_value, spec_target as _spec_target  # noqa: F401
+from layerlab.train.objective import build_objective, loss_value
 from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
 from layerlab.train.section import MAX_STEPS, check_lr, parse_section

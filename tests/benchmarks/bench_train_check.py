@@ -47,7 +47,7 @@ def _plain(built, report, steps: int) -> float:
     pred = L.select(out, report.output)
     target = None if fn is None else L.make_target(name, pred, built.seed)
     if report.target_source.startswith("the spec"):  # a spec target: rebuild it the way train-check does
-        from layerlab.train.run import _spec_target
+        from layerlab.train.objective import spec_target as _spec_target
         from layerlab.train.section import parse_section
 
         section = parse_section(built.sections.get("train"), built.marks, base_dir=built.base_dir)
