@@ -55,7 +55,10 @@ class Context:
         return copy.deepcopy(self.module).eval()
 
     def split(self, args: Optional[Sequence[Arg]] = None) -> Tuple[list, dict]:
-        args = self.args if args is None else args
+        """``(positional, keyword)`` values of ``args`` (default: the example), as fresh copies: a
+        forward that writes into its input (``x.add_(1)``) must not shift the input of every later
+        run, or each path would be compared with eager on different numbers."""
+        args = fresh_args(self.args if args is None else args)
         return [a.value for a in args if not a.keyword], {a.name: a.value for a in args if a.keyword}
 
     def as_kwargs(self, args: Optional[Sequence[Arg]] = None) -> Dict[str, Any]:
@@ -92,11 +95,14 @@ class Context:
         if not hasattr(self, "_eager"):
             self._eager = self.fresh()
             self._other_eager: Dict[int, Any] = {}
+        fast_path = has_inference_fast_path(self._eager)
+        unused = map_tensors((pos, kw), lambda t: t.clone()) if fast_path else None  # forward may write into them
         out = self._eager(*pos, **kw)
-        if has_inference_fast_path(self._eager):
+        if fast_path:
             def with_grad() -> Any:
+                p2, k2 = unused
                 with torch.enable_grad():
-                    return map_tensors(self._eager(*pos, **kw), lambda t: t.detach())
+                    return map_tensors(self._eager(*p2, **k2), lambda t: t.detach())
 
             self._other_eager[id(out)] = (out, with_grad)
         return out
@@ -145,6 +151,21 @@ def tolerances_for(args: Sequence[Arg], module: nn.Module) -> Tuple[float, float
     if dtype is None:
         dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
     return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+def fresh_args(args: Sequence[Arg]) -> List[Arg]:
+    """Copies of the tensors in ``args`` (one tensor passed twice stays one tensor)."""
+    return map_args(args, lambda t: t.clone())
+
+
+def changed_inputs(before: Sequence[Arg], after: Sequence[Arg]) -> List[str]:
+    """The names of the inputs whose values differ between ``before`` and the copies in ``after``
+    that a forward ran on: the inputs it writes into."""
+    def same(b: Tensor, a: Tensor) -> bool:
+        return b.shape == a.shape and torch.equal(b.nan_to_num(), a.nan_to_num())
+
+    return [b.name for b, a in zip(before, after)
+            if not all(same(tb, ta) for (_, tb), (_, ta) in zip(flatten(b.value), flatten(a.value)))]
 
 
 def detached(args: Sequence[Arg]) -> List[Arg]:

@@ -98,7 +98,8 @@ def output_hint(exc: BaseException, eager_out: Any, path: str) -> Optional[str]:
         return ("an output torch.export cannot flatten: return tensors (or tuples/lists/dicts of them), or "
                 "register its type with torch.utils._pytree.register_pytree_node")
     where, cls = culprit
-    what = f"the output {where} is a {_qualname(cls)}, a type torch.export cannot flatten"
+    what = (f"the output is a {_qualname(cls)}" if where == "output" else f"the output {where} is a {_qualname(cls)}")
+    what += ", a type torch.export cannot flatten"
     if cache:
         return f"{what}: {no_cache}; or register the type with torch.utils._pytree.register_pytree_node"
     return (f"{what}: return its tensors instead, or register the type with "

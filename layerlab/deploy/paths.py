@@ -5,7 +5,9 @@
   int or float: the branch or size is frozen), or another batch size, length or sign of the
   inputs (see :mod:`layerlab.deploy.variants`) where eager runs and the trace raises or differs.
 * ``script``: ``torch.jit.script``: compiles the Python source, so it fails on what TorchScript
-  cannot type; outputs are compared on the example and every variant.
+  cannot type; outputs are compared on the example and every variant, and the module is saved
+  (``torch.jit.save``, to memory): one that runs but cannot be saved (a ``@torch.jit.ignore``'d
+  Python method) deploys nowhere, so it fails.
 * ``compile``: ``torch.compile(fullgraph=True)`` with ``backend`` (``aot_eager`` by default: it
   checks that Dynamo captures one graph and AOTAutograd traces it, without inductor's C++ build;
   ``inductor`` compiles for real). A graph break is a warning when the layer still compiles with
@@ -26,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from layerlab.checks.report import Status
-from layerlab.deploy.context import Context, quiet
+from layerlab.deploy.context import Context, fresh_args, quiet
 from layerlab.deploy.messages import first_line, short_path, user_location
 from layerlab.deploy.report import PathResult
 
@@ -37,10 +39,11 @@ def _result(ctx: Context, path: str, status: Status, reason: str, **kw: Any) -> 
 
 def _raised(ctx: Context, path: str, exc: BaseException, what: str, hint: Optional[str] = None) -> PathResult:
     """A FAIL from ``exc``; an output torch cannot flatten or trace overrides the path's usual ``hint``."""
+    from layerlab.deploy.causes import cause_hint
     from layerlab.deploy.hints import output_hint
 
     innermost = "first" if path in ("script", "trace") else "last"
-    hint = output_hint(exc, ctx.eager_out, path) or hint
+    hint = output_hint(exc, ctx.eager_out, path) or cause_hint(exc, path) or hint
     return _result(ctx, path, Status.FAIL, f"{what}: {first_line(exc)}", where=user_location(str(exc), innermost),
                    hint=hint, details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
 
@@ -96,7 +99,7 @@ def _on_example(ctx: Context, path: str, run: Callable[..., Any], raised: str, d
 def trace(ctx: Context) -> PathResult:
     module = ctx.fresh()
     pos, kw = ctx.split()
-    by_name = ctx.as_kwargs() if kw else None
+    by_name = ctx.as_kwargs(fresh_args(ctx.args)) if kw else None  # a copy: forward may write into it
     with quiet(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -177,12 +180,31 @@ def script(ctx: Context) -> PathResult:
         if failed is not None:
             return failed
         problems, more, tried = _check_variants(ctx, scripted)
+        unsaved = _save_error(scripted)
     if problems:
         return _result(ctx, "script", Status.FAIL, f"the script differs from eager {problems[0]}",
                        matches_eager=True, comparisons=comps + more, details={"variants": tried, "problems": problems})
+    if unsaved is not None:  # it runs here, but a TorchScript module that cannot be saved deploys nowhere
+        from layerlab.deploy.causes import SAVE_HINT
+
+        return _result(ctx, "script", Status.FAIL, f"scripted and equals eager here, but torch.jit.save refuses it: "
+                       f"{first_line(unsaved).split('. ')[0]}", where=user_location(str(unsaved), "first"), hint=SAVE_HINT,
+                       matches_eager=True, comparisons=comps + more,
+                       details={"variants": tried, "exception": type(unsaved).__name__, "message": str(unsaved)[:2000]})
     tail = f" and at {', '.join(tried)}" if tried else ""
     return _result(ctx, "script", Status.PASS, f"scripted; equals eager on the example{tail}", matches_eager=True,
                    comparisons=comps + more, details={"variants": tried})
+
+
+def _save_error(scripted: Any) -> Optional[BaseException]:
+    """What ``torch.jit.save`` raises on the scripted module (to memory), or ``None``."""
+    import io
+
+    try:
+        torch.jit.save(scripted, io.BytesIO())
+    except Exception as exc:
+        return exc
+    return None
 
 
 # -- torch.compile -----------------------------------------------------------------------------------
@@ -300,8 +322,9 @@ def export_dynamic(ctx: Context) -> PathResult:
             if static is not None:
                 return _raised(ctx, "export_dynamic", static, "torch.export raised (static shapes too)")
             return _result(ctx, "export_dynamic", Status.WARN, f"batch size baked in: {first_line(exc)}",
-                           where=user_location(str(exc)), hint="the forward computes with the batch size as a "
-                           "Python int (reshape(2, …), a loop over samples); use -1 or x.shape[0]",
+                           where=user_location(str(exc)), hint="the forward uses the batch size as a Python int: "
+                           "a hard-coded view/reshape (view(8, -1): write view(x.shape[0], -1)) or a Python loop "
+                           "over samples (vectorise it over the batch dim)",
                            details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
         failed, comps = _on_example(ctx, "export_dynamic", lambda *p, **k: program.module()(*p, **k),
                                     "the exported program raised on its own example",

@@ -115,6 +115,7 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
         try:
             with torch.no_grad():
                 ctx.eager_out = ctx.module_eval(*pos, **kw)
+            _note_changed_inputs(ctx, pos, kw, settings)
         except Exception as exc:
             from layerlab.deploy.messages import first_line
             from layerlab.checks.report import Status
@@ -123,6 +124,7 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
             results = [PathResult(p, Status.FAIL, reason) for p in selected]
             return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
         constant = _constant_eager(ctx, settings, seed)
+        drift = _eager_drift(ctx, settings, seed)
         ctx.variants = make_variants(ctx.module, args, seed=seed, batch_dims=batch_dims, tags=tags)
         settings["variants"] = [v.description for v in ctx.variants]
         results: List[PathResult] = []
@@ -139,15 +141,50 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
 
                 results.append(PathResult(name, Status.FAIL, f"layerlab's check raised {first_line(exc)}",
                                           hint="LAYERLAB_DEBUG=1 shows the traceback"))
+        from layerlab.deploy.repeatable import mark_unrepeatable
         from layerlab.deploy.vacuous import mark_reinitialised, mark_vacuous
 
-        if constant is not None:
+        if drift is not None:
+            mark_unrepeatable(results, drift)
+        elif constant is not None:
             mark_vacuous(results, constant)
         elif settings.get("reinitialised"):
             mark_reinitialised(results, settings["reinitialised"])
     finally:
         torch.set_num_threads(previous)
     return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
+
+
+def _note_changed_inputs(ctx, pos: list, kw: dict, settings: Dict[str, Any]) -> None:
+    """Say which inputs eager's forward wrote into (every path then gets its own fresh copy)."""
+    from layerlab.deploy.context import changed_inputs
+    from layerlab.target.bind import Arg
+
+    ran = [Arg(a.name, v, a.keyword) for a, v in zip([a for a in ctx.args if not a.keyword], pos)]
+    ran += [Arg(a.name, kw[a.name], True) for a in ctx.args if a.keyword]
+    before = [a for a in ctx.args if not a.keyword] + [a for a in ctx.args if a.keyword]
+    changed = changed_inputs(before, ran)
+    if changed:
+        settings["inputs_written"] = changed
+        settings.setdefault("notes", []).append(
+            f"forward writes into its input(s) {', '.join(changed)} in place: every run (eager and each path) was "
+            f"given its own copy of the inputs")
+
+
+def _eager_drift(ctx, settings: Dict[str, Any], seed: int) -> Optional[dict]:
+    """Two more seeded eager calls (:mod:`layerlab.deploy.repeatable`); a note when they differ."""
+    from layerlab.deploy.repeatable import eager_drift
+
+    try:
+        drift = eager_drift(ctx, seed)
+    except Exception:  # eager ran once already; a second call that raises is the layer's business
+        return None
+    if drift is not None:
+        settings["eager_not_repeatable"] = drift["problem"]
+        settings.setdefault("notes", []).append(
+            f"eager is not repeatable: a second call on the same input differs ({drift['problem']}), so "
+            f"outputs cannot be compared with it")
+    return drift
 
 
 def _constant_eager(ctx, settings: Dict[str, Any], seed: int) -> Optional[str]:
