@@ -331,6 +331,8 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         loss_output=objective.output_path if objective else "?", watch=run.watch,
         output_named=objective.output_named if objective else True)
     flags.extend(run.watch.dead_relu_problem(path) for path in run.watch.dead_relus())
+    if run.watch.dead_relus():  # a dead ReLU makes every later output the same: said once, with its cause
+        flags = [f for f in flags if f.code != "constant-output"]
     swapped = {p for f in run.early if f.code == "recreated-in-forward" for p in f.data["params"]}
     found = [f for f in found if not (swapped and set(f.data.get("params", [])) <= swapped)
              and not (empty is not None and f.code == "zero-grad")]  # said once, by the finding with the cause

@@ -272,3 +272,18 @@ def test_equal_predictions_from_equal_inputs_are_not_blamed_on_the_model():
     with torch.no_grad():  # the premise: equal inputs give equal rows
         out = model(same)
     assert torch.equal(out, out[:1].expand_as(out))
+
+
+def test_a_dead_relu_is_the_cause_named_not_a_constant_output():
+    # every output of a dead ReLU is 0, so the prediction after it is the same for every sample:
+    # true, but a consequence; the finding that leads must be the dead ReLU's
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    with torch.no_grad():
+        model[0].bias.fill_(-100.0)
+    x = torch.randn(16, 16)
+    with torch.no_grad():
+        assert torch.equal(model[1](model[0](x)), torch.zeros(16, 32))  # the premise: dead
+    report = train_check(model, x, steps=10)
+    codes = [f.code for f in report.flags]
+    assert not report.ok and "dead-relu" in codes and "constant-output" not in codes, codes
