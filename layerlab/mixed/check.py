@@ -171,13 +171,15 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
             return out
         if unsupported(half.raised):
             out.findings.append(Finding(
-                severity="warning", kind="unsupported", where=type(half.raised).__name__, run=setting.label,
+                severity="warning", kind="unsupported", where=half.raised_in or type(half.raised).__name__,
+                run=setting.label,
                 message=f"torch on {device_type} has no {setting.dtype} kernel for an op of this model: {out.raised}",
                 cause="a missing kernel on this device, not a loss of precision: this setting was not checked",
                 fix="check it on the device you train on (CUDA has float16 kernels for the ops CPUs lack)"))
             return out
         out.findings.append(Finding(
-            severity="error", kind="raised", where=type(half.raised).__name__, run=setting.label,
+            severity="error", kind="raised", where=half.raised_in or type(half.raised).__name__,
+            run=setting.label,
             message=f"the model raised in {setting.label}: {out.raised}",
             fix=_raised_fix(half.raised, setting)))
         return out

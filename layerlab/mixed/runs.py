@@ -91,6 +91,8 @@ class RunResult:
     dropped_ops: int = 0
     found_inf: bool = False
     raised: Optional[BaseException] = None
+    #: the innermost module call open when ``raised`` was raised (its path; "(root)" for the model)
+    raised_in: Optional[str] = None
     seconds: float = 0.0
     grad_sums: Optional[Dict[str, tuple]] = None  # per gradient sums, filled once (compare.grad_sums)
     seen: Dict[int, tuple] = field(default_factory=dict)  # the capture's tensors seen (Capture.known)
@@ -215,6 +217,8 @@ def _run(model: torch.nn.Module, args: Sequence[Any], setting: Setting, dtype: O
         raise bug.original from bug
     except Exception as exc:  # the model (or torch under it) raised in this setting
         result.raised = exc
+        if capture._stack:  # the calls whose forward hooks never ran: the innermost one raised
+            result.raised_in = capture._stack[-1][0] or "(root)"
     finally:
         capture.remove()
     result.calls = capture.calls

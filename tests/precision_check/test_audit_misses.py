@@ -282,3 +282,25 @@ def test_an_offset_under_autocast_is_no_finding():
         assert model.ln(model.emb(ids) + 1000.0).dtype == torch.float32
     report = layerlab.precision_check(model, ids, autocast=["bfloat16"])
     assert report.ok and not _problems(report), _problems(report)
+
+
+def test_a_run_that_raises_names_the_module_it_raised_in():
+    # a float32 position table made inside forward meets the float16-cast model: the `where` of the
+    # finding was the exception's class ('RuntimeError'); it is the module call that raised
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            pos = torch.arange(x.shape[1], dtype=torch.float32)[None, :, None] * torch.ones(1, 1, 8)
+            return self.fc(x + pos)
+
+    torch.manual_seed(0)
+    model, x = Positions(), torch.randn(2, 5, 8)
+    with pytest.raises(RuntimeError):  # the premise, in plain torch: the cast model raises in fc
+        model.half()(x.half())
+    model.float()
+    report = layerlab.precision_check(model, x, cast=["float16"], autocast=[])
+    (raised,) = [f for f in report.findings if f.kind == "raised"]
+    assert raised.where == "fc" and raised.severity == "error"
