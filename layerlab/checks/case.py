@@ -184,13 +184,19 @@ def rand_like(t: Tensor, gen: torch.Generator) -> Tensor:
     return torch.rand(t.shape, generator=gen, dtype=t.dtype).to(t.device)
 
 
-def is_stochastic(module: nn.Module, tags: FrozenSet[str] = frozenset()) -> bool:
+def is_stochastic(module: nn.Module, tags: FrozenSet[str] = frozenset(), reference: Any = None) -> bool:
     """True when train-mode forward draws random numbers (dropout with p > 0, or a ``stochastic`` tag).
 
     Besides torch's dropout modules, a float attribute > 0 whose name says "drop" is a rate the
     forward draws against: ``dropout``/``attention_dropout`` passed to ``F.dropout``, stochastic
-    depth (Hugging Face's ``SwinDropPath.drop_prob``, timm's ``DropPath``), ``layerdrop``."""
+    depth (Hugging Face's ``SwinDropPath.drop_prob``, timm's ``DropPath``), ``layerdrop``. A layer
+    whose ``reference`` is (or holds) torch dropout with p > 0 claims to be dropout whatever its
+    rate is called (a hand-written dropout's ``self.p``). The remaining case, a random train-mode
+    forward that none of these names, is found by probing (:mod:`layerlab.checks.repeatable`)."""
     if "stochastic" in tags:
+        return True
+    if isinstance(reference, nn.Module) and any(
+            isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in reference.modules()):
         return True
     for m in module.modules():
         if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
@@ -204,7 +210,7 @@ def is_stochastic(module: nn.Module, tags: FrozenSet[str] = frozenset()) -> bool
 def parity_mode(case: Case) -> Optional[bool]:
     """The mode comparisons run in: ``None`` keeps every submodule's own train/eval flag; ``False``
     (eval) when a train-mode forward would draw random numbers (dropout), which no reference repeats."""
-    return False if case.module.training and is_stochastic(case.module, case.tags) else None
+    return False if case.module.training and is_stochastic(case.module, case.tags, case.reference) else None
 
 
 def mode_name(case: Case, mode: Optional[bool]) -> str:

@@ -13,6 +13,12 @@ position). The hint follows from what was found, never from a list of usual susp
 *Backward parity* feeds both the same random ``grad_output`` (float64) and compares the gradient
 of every input and of every parameter, by name; the parameters are listed worst first by
 relative error ``‖Δ‖/‖ref‖``, with the pattern of the worst one.
+
+*Float32 islands* (:mod:`layerlab.checks.precision`): a layer (or reference) that computes part of
+its forward in float32 on purpose (Llama's RMSNorm: ``hidden_states.to(torch.float32)``) differs from
+a float64 counterpart by float32 rounding even when both are right. The float64 runs record such
+ops; when there are any, both parities compare with ``assert_close``'s tolerances for the lowest
+precision seen, say so in the summary, and look for patterns only above that rounding.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from layerlab.checks.case import (
 from layerlab.checks.compare import Comparison, compare
 from layerlab.checks.divergence import buffer_differences, counterfactual, first_divergent_submodule, unwrap
 from layerlab.checks.patterns import Pattern, pattern
+from layerlab.checks.precision import Islands
 from layerlab.checks.report import CheckResult, Status
 
 #: what a float64 difference is tested for before layerlab admits it cannot say why
@@ -56,17 +63,21 @@ def _no_reference(name: str, case: Case) -> Optional[CheckResult]:
 
 
 def _run_pair(case: Case, dtype: torch.dtype, train: Optional[bool], *, grad: bool = False):
+    """Both forwards; in float64 the ops that rounded through a lower precision are recorded
+    (returned as an :class:`Islands`, empty in other dtypes: there rounding is expected)."""
     ours = module_copy(case.module, dtype, train)
     ref = reference_copy(case.reference, dtype, train)
     args = cast_args(case.args, dtype, requires_grad=grad)
     ctx = torch.enable_grad() if grad else torch.no_grad()
+    islands = Islands()
     with ctx:
-        out_o = call(ours, args)
-        out_r = call(ref, args)
-    return ours, ref, args, out_o, out_r
+        out_o = islands.record("ours", lambda: call(ours, args), dtype)
+        out_r = islands.record("the reference", lambda: call(ref, args), dtype)
+    return ours, ref, args, out_o, out_r, islands
 
 
-def _compare_outputs(out_o: Any, out_r: Any, dtype: torch.dtype) -> Tuple[List[Comparison], Optional[str]]:
+def _compare_outputs(out_o: Any, out_r: Any, dtype: torch.dtype,
+                     tol: Optional[Tuple[float, float]] = None) -> Tuple[List[Comparison], Optional[str]]:
     lo = dict(flatten(out_o))
     lr = dict(flatten(out_r))
     if list(lo) != list(lr):
@@ -78,7 +89,8 @@ def _compare_outputs(out_o: Any, out_r: Any, dtype: torch.dtype) -> Tuple[List[C
     comps = []
     for path, t in lo.items():
         r = lr[path]
-        comps.append(compare(t, r, path, dtype=dtype if t.is_floating_point() else None))
+        rtol, atol = tol if tol and t.is_floating_point() else (None, None)
+        comps.append(compare(t, r, path, dtype=dtype if t.is_floating_point() else None, rtol=rtol, atol=atol))
     return comps, None
 
 
@@ -98,9 +110,12 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
         dtypes.append(udt)
     runs = []
     last: Tuple[Any, Any] = (None, None)
+    islands = Islands()
     for dtype in dtypes:
-        _, _, _, out_o, out_r = _run_pair(case, dtype, train)
-        comps, structure_error = _compare_outputs(out_o, out_r, dtype)
+        _, _, _, out_o, out_r, seen = _run_pair(case, dtype, train)
+        if dtype == torch.float64:
+            islands = seen
+        comps, structure_error = _compare_outputs(out_o, out_r, dtype, islands.tol if dtype == torch.float64 else None)
         if structure_error:
             return CheckResult("forward_parity", Status.FAIL, structure_error, where="output",
                                hint="return what the reference returns, in the same order",
@@ -113,12 +128,14 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
                 break
     details: Dict[str, Any] = {"mode": mode_name(case, train), "runs": runs,
                                "reference": case.reference_note}
+    if islands.lowest is not None:
+        details["low_precision"] = islands.to_dict()
     buffers = buffer_differences(case, train)
     if buffers:
         details["buffers"] = buffers
     first = runs[0]
     if not first["ok"] or buffers:
-        return _explain_forward(case, train, first, buffers, last, details)
+        return _explain_forward(case, train, first, buffers, last, details, islands)
     if len(runs) > 1 and not runs[1]["ok"]:
         bad = [Comparison(**c) for c in runs[1]["comparisons"] if not c["ok"]]
         return CheckResult("forward_parity", Status.WARN,
@@ -138,9 +155,10 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
             return CheckResult("forward_parity", Status.FAIL, f"equal in eval mode, but {mismatch.describe()}",
                                where=mismatch.output, hint=mismatch.hint(), details=details)
         eval_only = " in eval mode (train mode draws random numbers; its averages agree or were not compared)"
+    tolerance = f"; float64 {islands.note()}" if islands.lowest is not None else ""
     return CheckResult("forward_parity", Status.PASS,
                        f"{n} output(s) equal {_against(case)} in {' and '.join(r['dtype'] for r in runs)} "
-                       f"(assert_close tolerances){eval_only}",
+                       f"(assert_close tolerances){eval_only}{tolerance}",
                        details=details)
 
 
@@ -152,7 +170,7 @@ def _against(case: Case) -> str:
 
 
 def _explain_forward(case: Case, train: Optional[bool], first: Dict[str, Any], buffers: List[Dict[str, Any]],
-                     outputs: Tuple[Any, Any], details: Dict[str, Any]) -> CheckResult:
+                     outputs: Tuple[Any, Any], details: Dict[str, Any], islands: Islands) -> CheckResult:
     """A float64 difference (or a differing buffer), located as precisely as the evidence allows:
     a buffer, a weight read wrong, the first divergent submodule, a pattern in the output."""
     bad = [c for c in first["comparisons"] if not c["ok"]]
@@ -171,10 +189,12 @@ def _explain_forward(case: Case, train: Optional[bool], first: Dict[str, Any], b
     summary = f"float64 outputs differ from {_against(case)}: {worst.what}: {worst.describe()}"
     if worst.note:
         summary += f" ({worst.note})"
+    if islands.lowest is not None:
+        summary += f" ({islands.note()})"
     where, hint = worst.what, None
     hypothesis = counterfactual(case, train)
     origin = first_divergent_submodule(case, train) if hypothesis is None else None
-    found = _output_pattern(case, outputs, worst.what)
+    found = _output_pattern(case, outputs, worst.what, islands.tol)
     if hypothesis:
         details["hypothesis"] = hypothesis
         where, hint = hypothesis["where"], hypothesis["hint"]
@@ -198,7 +218,8 @@ def _explain_forward(case: Case, train: Optional[bool], first: Dict[str, Any], b
     return CheckResult("forward_parity", Status.FAIL, summary, where=where, hint=hint, details=details)
 
 
-def _output_pattern(case: Case, outputs: Tuple[Any, Any], path: str) -> Optional[Pattern]:
+def _output_pattern(case: Case, outputs: Tuple[Any, Any], path: str,
+                    tol: Optional[Tuple[float, float]] = None) -> Optional[Pattern]:
     lo, lr = dict(float_leaves(outputs[0])), dict(float_leaves(outputs[1]))
     if path not in lo or path not in lr:
         return None
@@ -206,7 +227,7 @@ def _output_pattern(case: Case, outputs: Tuple[Any, Any], path: str) -> Optional
     tdim = time_dim(case.module, t) if t.dim() >= 2 and _is_sequence(case) else None
     if isinstance(unwrap(case.reference), (nn.Conv1d, nn.MaxPool1d, nn.AvgPool1d)) and t.dim() >= 2:
         tdim = t.dim() - 1  # (B, C, L): the position is the last dim
-    return pattern(t, lr[path], sizes=_layer_sizes(case.module), time_dim=tdim)
+    return pattern(t, lr[path], sizes=_layer_sizes(case.module), time_dim=tdim, tol=tol)
 
 
 def _is_sequence(case: Case) -> bool:
@@ -231,7 +252,8 @@ def backward_parity(case: Case, opts: Any = None) -> CheckResult:
     if early:
         return early
     train = parity_mode(case)
-    ours, ref, args, out_o, out_r = _run_pair(case, torch.float64, train, grad=True)
+    ours, ref, args, out_o, out_r, islands = _run_pair(case, torch.float64, train, grad=True)
+    rtol, atol = islands.tol or (None, None)
     lo, lr = float_leaves(out_o), dict(float_leaves(out_r))
     gen = generator(case.seed, 3)
     loss_o, loss_r = 0, 0
@@ -268,17 +290,21 @@ def backward_parity(case: Case, opts: Any = None) -> CheckResult:
     for (name, _, _, transpose), go, gr in zip(pairs, grads_o, grads_r):
         if transpose and gr is not None:
             gr = gr.t()
-        comps.append(compare(go, gr, f"grad {name}", dtype=torch.float64))
+        comps.append(compare(go, gr, f"grad {name}", dtype=torch.float64, rtol=rtol, atol=atol))
         rel[name] = _relative_error(go, gr)
         got[name] = (go, gr)
     bad = [c for c in comps if not c.ok and not (c.note == "neither has a value")]
     details = {"mode": mode_name(case, train), "grad_outputs": used, "dtype": "float64",
                "comparisons": [c.to_dict() for c in comps], "not_compared": not_compared,
                "reference": case.reference_note}
+    if islands.lowest is not None:
+        details["low_precision"] = islands.to_dict()
     if bad:
-        return _explain_backward(case, train, bad, rel, got, params_o, details, (out_o, out_r))
+        return _explain_backward(case, train, bad, rel, got, params_o, details, (out_o, out_r), islands)
     summary = (f"gradients of {len(inputs)} input(s) and {len(pairs) - len(inputs)} parameter(s) equal "
                f"{_against(case)}'s")
+    if islands.lowest is not None:
+        summary += f", {islands.note()}"
     if not_compared:
         summary += f"; not compared (no counterpart): {', '.join(not_compared)}"
     return CheckResult("backward_parity", Status.PASS, summary, details=details)
@@ -298,7 +324,7 @@ def _relative_error(go: Optional[Tensor], gr: Optional[Tensor]) -> float:
 
 def _explain_backward(case: Case, train: Optional[bool], bad: List[Comparison], rel: Dict[str, float],
                       got: Dict[str, Tuple[Optional[Tensor], Optional[Tensor]]], params: Dict[str, Any],
-                      details: Dict[str, Any], outputs: Tuple[Any, Any]) -> CheckResult:
+                      details: Dict[str, Any], outputs: Tuple[Any, Any], islands: Islands) -> CheckResult:
     """Parameters ordered by relative gradient error (worst first), the pattern of the worst one,
     and the hypothesis forward parity would test (transposed weight, gate order)."""
     names = sorted((c.what[5:] for c in bad), key=lambda n: -rel[n])
@@ -312,10 +338,12 @@ def _explain_backward(case: Case, train: Optional[bool], bad: List[Comparison], 
                f"‖Δ‖/‖ref‖ = {rel[focus]:.3g}; {worst.describe()}")
     if worst.note:
         summary += f" ({worst.note})"
+    if islands.lowest is not None:
+        summary += f" ({islands.note()})"
     where = ", ".join(param_names or names)
     hint = _backward_hint(bad, params)
     go, gr = got[focus]
-    found = pattern(go, gr, sizes=_layer_sizes(case.module), gates=_gates_of(case, focus))
+    found = pattern(go, gr, sizes=_layer_sizes(case.module), gates=_gates_of(case, focus), tol=islands.tol)
     hypothesis = counterfactual(case, train) if param_names else None
     origin = None if hypothesis or not param_names else first_divergent_submodule(case, train)
     if hypothesis:
@@ -331,8 +359,8 @@ def _explain_backward(case: Case, train: Optional[bool], bad: List[Comparison], 
         summary += f"; the forward already diverges in `{origin['where']}`"
         hint = (f"{origin['hint']}; the gradients of everything before it differ only because they flow back "
                 "through it")
-    elif _forward_pattern(case, outputs) and not hint.startswith("no gradient reaches"):
-        path, seen = _forward_pattern(case, outputs)
+    elif _forward_pattern(case, outputs, islands.tol) and not hint.startswith("no gradient reaches"):
+        path, seen = _forward_pattern(case, outputs, islands.tol)
         details["pattern"] = {**seen.to_dict(), "of": path}
         summary += f"; the forward {path} already differs so: {seen.text}"
         hint = seen.hint
@@ -345,10 +373,11 @@ def _explain_backward(case: Case, train: Optional[bool], bad: List[Comparison], 
     return CheckResult("backward_parity", Status.FAIL, summary, where=where, hint=hint, details=details)
 
 
-def _forward_pattern(case: Case, outputs: Tuple[Any, Any]) -> Optional[Tuple[str, Pattern]]:
-    """The pattern of the first output that already differs in the forward pass, if any."""
+def _forward_pattern(case: Case, outputs: Tuple[Any, Any],
+                     tol: Optional[Tuple[float, float]] = None) -> Optional[Tuple[str, Pattern]]:
+    """The pattern of the first output that already differs in the forward pass (beyond ``tol``), if any."""
     for path, _ in float_leaves(outputs[0]):
-        seen = _output_pattern(case, outputs, path)
+        seen = _output_pattern(case, outputs, path, tol)
         if seen is not None:
             return path, seen
     return None

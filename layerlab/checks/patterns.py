@@ -61,18 +61,22 @@ def mismatch(actual: Tensor, expected: Tensor, rtol: float = 1e-7, atol: float =
 
 
 def pattern(actual: Optional[Tensor], expected: Optional[Tensor], *, sizes: Sequence[int] = (),
-            time_dim: Optional[int] = None, gates: Optional[Tuple[str, ...]] = None) -> Optional[Pattern]:
+            time_dim: Optional[int] = None, gates: Optional[Tuple[str, ...]] = None,
+            tol: Optional[Tuple[float, float]] = None) -> Optional[Pattern]:
     """The first pattern the difference ``actual − expected`` shows (see the module docstring), or ``None``.
 
     ``sizes`` are extra N to try for variance factors (the layer's feature sizes); ``time_dim`` the
     sequence dim of an output; ``gates`` torch's gate names when ``actual`` is a stacked RNN weight.
+    ``tol`` ``(rtol, atol)``: the rounding the comparison allows (float32 islands in a float64 run,
+    :mod:`layerlab.checks.precision`); elements within it are noise, not part of any pattern, and when
+    no element is beyond it there is no pattern to describe. Default: float64's ``(1e-7, 1e-7)``.
     """
     if actual is None or expected is None or actual.shape != expected.shape or actual.numel() == 0:
         return None
     a, e = actual.detach().double(), expected.detach().double()
     if not torch.isfinite(a).all() or not torch.isfinite(e).all():
         return None
-    bad = mismatch(a, e)
+    bad = mismatch(a, e) if tol is None else mismatch(a, e, rtol=tol[0], atol=tol[1])
     if not bad.any():
         return None
     sizes = sorted({int(n) for n in list(sizes) + list(a.shape) if int(n) > 1})
