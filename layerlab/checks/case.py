@@ -16,7 +16,6 @@ Legend: B batch · T time (sequence position) · E features.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -29,6 +28,7 @@ from layerlab.checks.layout import STATE_NAMES, has_batch_first, is_mask_name, s
 # the thing under test is the Target's; the checks' names for it are kept so checks read as before
 from layerlab.target.bind import (Arg, accepts, call, class_path, flatten, forward_params,  # noqa: F401
                                   input_tensors, map_args, map_tensors, positional_names)
+from layerlab.target.copying import copy_model
 
 #: argument names a loss module's target goes by: data to compare with, never differentiated
 TARGET_NAMES = ("target", "targets", "label", "labels", "y")
@@ -134,7 +134,7 @@ def float_leaves(output: Any) -> List[Tuple[str, Tensor]]:
 
 def module_copy(module: nn.Module, dtype: Optional[torch.dtype] = None, train: Optional[bool] = None) -> nn.Module:
     """A deep copy, cast to ``dtype`` (floating parameters and buffers only) and set to train/eval."""
-    m = copy.deepcopy(module)
+    m = copy_model(module)
     if dtype is not None:
         m = m.to(dtype)
     if train is not None:

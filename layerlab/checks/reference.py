@@ -28,7 +28,6 @@ compared then).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import re
@@ -39,6 +38,7 @@ import torch
 from torch import nn
 
 from layerlab.checks.case import class_path
+from layerlab.target.copying import copy_model
 
 
 @dataclass
@@ -92,7 +92,7 @@ def align(ours: nn.Module, reference: Any, weight_map: Optional[Dict[str, str]] 
         if callable(reference):
             return Alignment(reference, note="a function: no weights to copy", label=label)
         return Alignment(None, error=f"the reference must be an nn.Module or a callable, got {type(reference).__name__}")
-    ref = copy.deepcopy(reference)
+    ref = copy_model(reference)
     wmap = dict(weight_map or {})
     unknown = sorted(set(wmap) - set(ours.state_dict()))
     if unknown:

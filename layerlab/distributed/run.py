@@ -55,9 +55,9 @@ class _Given:
         self.module = module
 
     def __call__(self) -> torch.nn.Module:
-        import copy
+        from layerlab.target.copying import copy_model
 
-        return copy.deepcopy(self.module)
+        return copy_model(self.module)
 
 
 def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any = None,
@@ -231,9 +231,9 @@ def _finish(base, module, single, results, options, loss, t0):
 
 
 def _copy(module: torch.nn.Module) -> torch.nn.Module:
-    import copy
+    from layerlab.target.copying import copy_model
 
-    return copy.deepcopy(module)
+    return copy_model(module)
 
 
 def _cpu_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:

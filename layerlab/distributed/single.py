@@ -15,7 +15,6 @@ Before them, one shard's forward (no grad) tells the default loss which outputs 
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any, List
@@ -27,6 +26,7 @@ from layerlab.distributed.shard import BatchPlan, shard_args
 from layerlab.distributed.step import StepRecord, one_step
 from layerlab.errors import CheckFailed
 from layerlab.target.bind import Arg
+from layerlab.target.copying import copy_model
 
 __all__ = ["SingleRuns", "run_single"]
 
@@ -43,8 +43,8 @@ def run_single(module: torch.nn.Module, args: List[Arg], plan: BatchPlan, loss: 
     """The runs above; a model that raises in them is a :class:`~layerlab.errors.CheckFailed` (exit 1)."""
     t0 = time.perf_counter()
     world = plan.world
-    pristine = copy.deepcopy(module)
-    fresh = lambda: copy.deepcopy(pristine)  # noqa: E731 - each run starts from the same state
+    pristine = copy_model(module)
+    fresh = lambda: copy_model(pristine)  # noqa: E731 - each run starts from the same state
     first = shard_args(args, plan, 0)
     with _blame("on one shard (no grad)"), torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

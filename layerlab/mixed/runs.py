@@ -29,7 +29,6 @@ value (``exp(x)`` inside a user's forward, never a module's output) would overfl
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -44,6 +43,7 @@ from layerlab.probe.backward import differentiable_outputs, random_projection
 from layerlab.probe.hooks import ProbeBug, Recorder
 from layerlab.probe.ops import OpTrace
 from layerlab.probe.report import OpRecord
+from layerlab.target.copying import copy_model
 from layerlab.target.seeding import seed_generators
 
 
@@ -142,7 +142,7 @@ def run(module: torch.nn.Module, args: Sequence[Any], setting: Setting, *, seed:
     in_place = setting.kind != "cast" and stateless(module, modules)
     # A model of torch.nn / layerlab modules changes nothing but its buffers when it runs (BatchNorm's
     # statistics): it runs as it is, its buffers put back afterwards. Anything else runs on a copy.
-    model = module if in_place else copy.deepcopy(module)
+    model = module if in_place else copy_model(module)
     saved = SavedBuffers(modules) if in_place else None
     try:
         _run(model, args, setting, dtype, seed, device, lazy, reference, result,
@@ -243,7 +243,7 @@ def float64_grad_rms(module: torch.nn.Module, args: Sequence[Any], seed: int, re
     from layerlab.target.bind import call, map_args
     from layerlab.target.seeding import seeded
 
-    model = copy.deepcopy(module).double()
+    model = copy_model(module).double()
     wide = map_args(args, lambda t: t.detach().double() if t.is_floating_point() else t)
     with seeded(seed, model):
         output = call(model, wide)

@@ -20,7 +20,6 @@ substitutions active), so a test can compare it with a model fixed by hand.
 
 from __future__ import annotations
 
-import copy
 import inspect as pyinspect
 from typing import Any, Callable, Dict, Sequence, Tuple
 
@@ -28,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from layerlab.probe.report import FixStep
+from layerlab.target.copying import copy_model
 
 
 class FixError(Exception):
@@ -281,7 +281,7 @@ def apply_fixes(model: nn.Module, steps: Sequence[FixStep]) -> FixedModel:
         >>> fixed(x).shape
     """
     try:
-        clone = copy.deepcopy(model)
+        clone = copy_model(model)
     except Exception as exc:
         raise FixError(f"the model cannot be copied ({type(exc).__name__}: {exc})") from exc
     fixed = FixedModel(clone, {})

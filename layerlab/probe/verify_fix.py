@@ -10,7 +10,6 @@ fix or the same fix comes back (``still-fails``), or at the time cap or step lim
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -19,6 +18,7 @@ import torch
 
 from layerlab.probe.context import FailureContext
 from layerlab.probe.report import Verification, VerifiedStep
+from layerlab.target.copying import copy_model as deep_copy
 
 #: At most this many fixes in a row (a chain longer than that is not "a fix").
 MAX_STEPS = 6
@@ -35,7 +35,7 @@ class Outcome:
 
 def copy_model(module: torch.nn.Module, mode: Optional[str]) -> Optional[torch.nn.Module]:
     try:
-        clone = copy.deepcopy(module)
+        clone = deep_copy(module)
     except Exception:  # a module holding something that cannot be copied: no replay, no verification
         return None
     if mode is not None:

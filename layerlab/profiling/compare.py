@@ -8,7 +8,6 @@ alignment (:func:`layerlab.checks.reference.align`), so both compute the same th
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -17,6 +16,7 @@ import torch
 
 from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.profiling.report import Comparison, Metric
+from layerlab.target.copying import copy_model
 
 
 def _rounds(steppers: List[Any], fns: List[Optional[Callable]], repeats: int, warmup: int) -> List[Dict[str, float]]:
@@ -49,7 +49,7 @@ def compare_compiled(stepper, *, repeats: int, warmup: int, backend: str = DEFAU
     from layerlab.deploy.messages import first_line
 
     result = Comparison(kind="compile", a=f"torch.compile (backend {backend})", b="eager")
-    compiled_module = copy.deepcopy(stepper.module)
+    compiled_module = copy_model(stepper.module)
     torch._dynamo.reset()
     try:
         compiled = torch.compile(compiled_module, backend=backend)
@@ -92,7 +92,7 @@ def compare_reference(stepper, reference: Any, *, repeats: int, warmup: int) -> 
     aligned = align(ours, reference)
     ref = aligned.reference
     if ref is None and isinstance(reference, torch.nn.Module):
-        ref = copy.deepcopy(reference)  # no weights to share: times and memory still compare
+        ref = copy_model(reference)  # no weights to share: times and memory still compare
     result = Comparison(kind="reference", a=class_path(ours), b=class_path(reference))
     if not isinstance(ref, torch.nn.Module):
         result.error = f"no reference module to run: {aligned.error or 'the reference is not an nn.Module'}"
