@@ -4,12 +4,19 @@ input variants, and the output comparison.
 Every path works on its own deep copy of the layer (tracing, scripting and exporting may attach
 state), in eval mode (exported programs are for inference; dropout would make outputs differ),
 under ``torch.no_grad()``. Eager's outputs on each variant are computed once and shared.
+
+Every run whose outputs are compared — eager's, and each program's on the example and on every
+variant — starts from the same RNG state (:meth:`Context.seeded`: the CPU generator and those of
+the devices in use seeded with the check's seed, inside :func:`torch.random.fork_rng`). A forward
+that draws with torch ops (``torch.randn_like`` in a VAE's reparameterisation, dropout left on)
+is repeatable that way, and a traced, scripted, compiled or exported program draws the very same
+numbers, so it is compared fairly; the user's own RNG stream is left as it was. Randomness that is
+not torch's (``random.random()``) stays unrepeatable and :mod:`layerlab.deploy.repeatable` says so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import logging
 import warnings
@@ -47,12 +54,23 @@ class Context:
     atol: float
     compile_backend: str = DEFAULT_COMPILE_BACKEND
     batch_dims: Dict[str, Optional[int]] = field(default_factory=dict)
+    seed: int = 0
     eager_out: Any = None
     _variant_out: Dict[str, Any] = field(default_factory=dict)
 
     def fresh(self) -> nn.Module:
-        """A deep copy of the layer in eval mode."""
-        return copy.deepcopy(self.module).eval()
+        """A deep copy of the layer in eval mode (:func:`~layerlab.target.copying.copy_model`: the old
+        ``weight_norm`` hooks copy too)."""
+        from layerlab.target.copying import copy_model
+
+        return copy_model(self.module).eval()
+
+    def seeded(self) -> contextlib.AbstractContextManager:
+        """Run the body from the RNG state every compared run starts from (the module docstring);
+        the caller's RNG state comes back afterwards."""
+        from layerlab.target.seeding import seeded
+
+        return seeded(self.seed, self.module, [t for a in self.args for _, t in flatten(a.value)])
 
     def split(self, args: Optional[Sequence[Arg]] = None) -> Tuple[list, dict]:
         """``(positional, keyword)`` values of ``args`` (default: the example), as fresh copies: a
@@ -75,13 +93,21 @@ class Context:
         got = self._variant_out.get(variant.name, _NOT_RUN)
         if got is _NOT_RUN:
             try:
-                with torch.no_grad():
+                with torch.no_grad(), self.seeded():
                     pos, kw = self.split(variant.args)
                     got = self.module_eval(*pos, **kw)
             except Exception:
                 got = None
             self._variant_out[variant.name] = got
         return got
+
+    def eager_module(self) -> nn.Module:
+        """The copy eager runs on, made on first use (raises :class:`~layerlab.errors.UsageError` for a
+        model :func:`~layerlab.target.copying.copy_model` cannot copy)."""
+        if not hasattr(self, "_eager"):
+            self._eager = self.fresh()
+            self._other_eager: Dict[int, Any] = {}
+        return self._eager
 
     def module_eval(self, *pos: Any, **kw: Any) -> Any:
         """Eager's outputs. A torch transformer layer in eval mode has two eager behaviours: with no
@@ -92,9 +118,7 @@ class Context:
         from layerlab.checks.case import has_inference_fast_path
         from layerlab.target.bind import map_tensors
 
-        if not hasattr(self, "_eager"):
-            self._eager = self.fresh()
-            self._other_eager: Dict[int, Any] = {}
+        self.eager_module()
         fast_path = has_inference_fast_path(self._eager)
         unused = map_tensors((pos, kw), lambda t: t.clone()) if fast_path else None  # forward may write into them
         out = self._eager(*pos, **kw)
@@ -113,7 +137,8 @@ class Context:
         ok, comps, problem = self._compare(actual, expected, label)
         kept = getattr(self, "_other_eager", {}).get(id(expected))
         if not ok and kept is not None and kept[0] is expected:
-            other = kept[1]()
+            with self.seeded():  # eager's second behaviour draws what the first drew
+                other = kept[1]()
             self._other_eager[id(expected)] = (expected, lambda: other)  # computed once
             ok2, comps2, _ = self._compare(actual, other, label)
             if ok2:

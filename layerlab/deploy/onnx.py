@@ -58,7 +58,8 @@ def onnx(ctx: Context) -> PathResult:
                                  "(see the export column)",
                               details=dict(details, exception=type(exc).__name__, message=str(exc)[:2000]))
         try:
-            got = run(pos, kw)
+            with ctx.seeded():  # as every run compared with eager
+                got = run(pos, kw)
         except Exception as exc:
             return PathResult("onnx", Status.FAIL, f"onnxruntime raised: {first_line(exc)}", rtol=ctx.rtol,
                               atol=ctx.atol, details=dict(details, exception=type(exc).__name__,

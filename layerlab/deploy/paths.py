@@ -17,6 +17,10 @@
   Warns when the code specialises the batch size (export refuses the Dim) or the program
   disagrees at the new batch; fails when even the static export fails.
 * ``onnx``: see :mod:`layerlab.deploy.onnx`.
+
+Every program run that is compared with eager starts from the RNG state eager's run started from
+(:meth:`~layerlab.deploy.context.Context.seeded`), so ``torch.randn_like`` in forward is no reason
+to differ.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def _check_variants(ctx: Context, run: Callable[..., Any], variants=None) -> tup
         tried.append(v.description)
         pos, kw = ctx.split(v.args)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), ctx.seeded():  # eager's run on this variant started from this RNG state too
                 got = run(*pos, **kw)
         except Exception as exc:
             problems.append(f"at {v.description} it raises {first_line(exc)}")
@@ -83,7 +87,7 @@ def _on_example(ctx: Context, path: str, run: Callable[..., Any], raised: str, d
     """
     pos, kw = ctx.split()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), ctx.seeded():  # the RNG state eager's run started from
             got = run(*pos, **kw)
     except Exception as exc:
         return _raised(ctx, path, exc, raised), []
@@ -219,7 +223,7 @@ def compile(ctx: Context) -> PathResult:  # noqa: A001 - the path's name
         dynamo.reset()
         try:
             compiled = torch.compile(ctx.fresh(), fullgraph=True, backend=backend)
-            with torch.no_grad():
+            with torch.no_grad(), ctx.seeded():
                 got = compiled(*pos, **kw)
         except dynamo.exc.Unsupported as exc:
             return _graph_breaks(ctx, exc, details)
@@ -263,7 +267,7 @@ def _graph_breaks(ctx: Context, exc: BaseException, details: Dict[str, Any]) -> 
     try:
         dynamo.reset()
         loose = torch.compile(ctx.fresh(), fullgraph=False, backend=ctx.compile_backend)
-        with torch.no_grad():
+        with torch.no_grad(), ctx.seeded():
             got = loose(*pos, **kw)
     except Exception as e:
         dynamo.reset()

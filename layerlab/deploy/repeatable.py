@@ -40,16 +40,16 @@ def _state(module: torch.nn.Module) -> List[torch.Tensor]:
     return [t.detach().clone() for t in (*module.parameters(), *module.buffers())]
 
 
-def eager_drift(ctx: Any, seed: int) -> Optional[dict]:
-    """``None`` when two seeded eager calls on the example agree; else ``{"problem", "tensor_state"}``:
-    how they differ and whether the layer's own tensors changed between them."""
+def eager_drift(ctx: Any) -> Optional[dict]:
+    """``None`` when two eager calls on the example, each from ``ctx``'s seeded RNG state, agree;
+    else ``{"problem", "tensor_state"}``: how they differ and whether the layer's own tensors
+    changed between them."""
     outs, states = [], []
     for _ in range(2):
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(seed)
+        with ctx.seeded(), torch.no_grad():  # the RNG state every compared run starts from
             pos, kw = ctx.split()
             outs.append(ctx.module_eval(*pos, **kw))
-        states.append(_state(ctx._eager))
+        states.append(_state(ctx.eager_module()))
     ok, comps, problem = ctx.compare(outs[1], outs[0])
     if ok:
         return None

@@ -10,11 +10,14 @@ Paths (:data:`~layerlab.deploy.report.PATHS`): ``torch.jit.trace``, ``torch.jit.
 ``torch.compile(fullgraph=True)``, ``torch.export.export`` (static, and with a dynamic batch dim),
 and ONNX run through onnxruntime. See :mod:`layerlab.deploy.paths` for what makes each cell pass,
 warn or fail. The layer runs in eval mode, under ``torch.no_grad()``, on copies: the module and
-inputs passed in are left as they were.
+inputs passed in are left as they were, and so is the caller's RNG state (the whole check runs in
+:func:`torch.random.fork_rng`; every compared run starts from one seeded state, see
+:mod:`layerlab.deploy.context`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -102,18 +105,24 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
     d_rtol, d_atol = tolerances_for(args, module)
     ctx = Context(module=module, args=args, variants=[], rtol=d_rtol if rtol is None else rtol,
                   atol=d_atol if atol is None else atol, compile_backend=compile_backend,
-                  batch_dims=dict(batch_dims or {}))
+                  batch_dims=dict(batch_dims or {}), seed=seed)
     settings = {"mode": "eval", "compile_backend": compile_backend, "rtol": ctx.rtol, "atol": ctx.atol,
                 "seed": seed, "inputs": {a.name: _describe(a.value) for a in args}}
     functions: Dict[str, Callable] = dict(P.PATH_FUNCTIONS, onnx=onnx)
+    ctx.eager_module()  # a model copy_model cannot copy is a usage error, not an "eager forward raised" row
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # small example tensors: one thread is fastest and keeps runs repeatable
+    rng = contextlib.ExitStack()
     try:
+        from layerlab.target.seeding import cuda_devices
+
+        # tracing and exporting run forward unseeded: they must not advance the caller's RNG stream
+        rng.enter_context(torch.random.fork_rng(devices=cuda_devices(module, _tensors(args))))
         pos, kw = ctx.split()
         if progress is not None:
             progress("eager run and input variants", 0, len(selected) + 1)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), ctx.seeded():  # every program run starts from this RNG state too
                 ctx.eager_out = ctx.module_eval(*pos, **kw)
             _note_changed_inputs(ctx, pos, kw, settings)
         except Exception as exc:
@@ -151,6 +160,7 @@ def export_check_args(module: Any, args: List[Any], *, paths: Optional[Sequence[
         elif settings.get("reinitialised"):
             mark_reinitialised(results, settings["reinitialised"])
     finally:
+        rng.close()
         torch.set_num_threads(previous)
     return ExportReport(target, class_path(module), results, settings, time.perf_counter() - t0)
 
@@ -176,7 +186,7 @@ def _eager_drift(ctx, settings: Dict[str, Any], seed: int) -> Optional[dict]:
     from layerlab.deploy.repeatable import eager_drift
 
     try:
-        drift = eager_drift(ctx, seed)
+        drift = eager_drift(ctx)
     except Exception:  # eager ran once already; a second call that raises is the layer's business
         return None
     if drift is not None:
@@ -202,7 +212,7 @@ def _constant_eager(ctx, settings: Dict[str, Any], seed: int) -> Optional[str]:
     zeros = zero_parameters(ctx.module)
     if zeros:
         twin = reinitialised(ctx.module, zeros, seed)
-        with torch.no_grad():
+        with torch.no_grad(), ctx.seeded():
             twin_out = twin.eval()(*ctx.split()[0], **ctx.split()[1])
         if constant_output(twin_out) is None:
             ctx.module, ctx.eager_out = twin, twin_out
@@ -218,6 +228,12 @@ def _constant_eager(ctx, settings: Dict[str, Any], seed: int) -> Optional[str]:
         notes.append(f"the layer's output is constant ({constant}) and no parameter is all zeros to re-initialise")
     settings["constant_output"] = constant
     return constant
+
+
+def _tensors(args) -> list:
+    from layerlab.target.bind import flatten
+
+    return [t for a in args for _, t in flatten(a.value)]
 
 
 def _describe(value: Any) -> Any:

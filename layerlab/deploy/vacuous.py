@@ -19,7 +19,6 @@ scalar output says nothing either way and is not flagged.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, List, Optional
 
 import torch
@@ -59,7 +58,9 @@ def zero_parameters(module: nn.Module) -> List[str]:
 
 def reinitialised(module: nn.Module, names: List[str], seed: int) -> nn.Module:
     """A deep copy of ``module`` whose parameters ``names`` are drawn from N(0, REINIT_STD²), seeded."""
-    twin = copy.deepcopy(module)
+    from layerlab.target.copying import copy_model
+
+    twin = copy_model(module)
     params = dict(twin.named_parameters())
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
