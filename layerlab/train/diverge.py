@@ -13,10 +13,10 @@ re-run: the update of that step did it, and the parameters are named.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Dict, List, Optional
 
 from layerlab.errors import LayerlabError
+from layerlab.target.copying import copy_model
 from layerlab.train.report import NonFinite
 
 __all__ = ["locate", "weights_blew_up"]
@@ -27,7 +27,7 @@ def locate(model: Any, positional: list, keyword: Dict[str, Any], objective: Any
     """Re-run ``step`` on a copy of ``model`` under ``layerlab.inspect``; the module to blame."""
     from layerlab.probe.run import inspect
 
-    twin = copy.deepcopy(model)
+    twin = copy_model(model)
     try:
         report = inspect(twin, *positional, loss=objective, seed=seed, mode=None, fix=False, ops=False,
                          forward_kwargs=keyword)

@@ -21,12 +21,16 @@ against the first step's:
 * ``nonfinite``: the run stopped at a NaN/Inf (see :mod:`layerlab.train.diverge`).
 
 A loss already 0 (or ≤ 1e-12) at the first step has nothing to fall from: ``overfits``.
+
+A loss whose minimum given its target is known exactly and above 0 (soft targets, see :mod:`~.floor`)
+is judged on its fall *above* that floor, ``(initial − floor) / (final − floor)``: a soft-target BCE
+that reached its targets' entropy has fitted the batch, however small ``initial / final`` is.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from layerlab.train.report import FitVerdict
 
@@ -46,7 +50,9 @@ def _steady(losses: List[float]) -> bool:
 
 
 def judge(losses: List[float], steps: int, trainable: int, target_values: Optional[int],
-          stopped: bool) -> FitVerdict:
+          stopped: bool, floor: Optional[Tuple[float, str]] = None) -> FitVerdict:
+    """``floor``: ``(value, why)``, the exact minimum of the loss given its target (:mod:`~.floor`);
+    the fall is then measured above it."""
     initial = losses[0] if losses else math.nan
     tail = [v for v in losses[-_TAIL:] if math.isfinite(v)]
     final = min(tail) if tail else math.nan
@@ -63,6 +69,10 @@ def judge(losses: List[float], steps: int, trainable: int, target_values: Option
         verdict = "falls" if fell else "rises" if rose else "flat"
         return FitVerdict(verdict, initial, final, factor, EXPECTED, trainable, target_values,
                           f"{initial:.4g} → {final:.4g} in {n} steps (a loss below 0 has no floor to fall to)")
+    if floor is not None and 0 < floor[0] < initial:
+        above = _above_floor(initial, final, floor, n)
+        if above is not None:
+            return FitVerdict(above[0], initial, final, above[1], EXPECTED, trainable, target_values, above[2])
     factor = initial / final if final > 0 else math.inf
     if factor >= EXPECTED:
         return FitVerdict("overfits", initial, final, factor, EXPECTED, trainable, target_values,
@@ -91,6 +101,23 @@ def judge(losses: List[float], steps: int, trainable: int, target_values: Option
                           "this batch")
     return FitVerdict("rises", initial, final, factor, EXPECTED, trainable, target_values,
                       f"rose in {n} steps ({initial:.4g} → {final:.4g}): the steps go the wrong way or are too large")
+
+
+def _above_floor(initial: float, final: float, floor: Tuple[float, str], n: int
+                 ) -> Optional[Tuple[str, float, str]]:
+    """``(verdict, factor, message)`` of a fall measured above an exact floor, or ``None`` when the
+    loss did not fall far enough for the floor to change the verdict (the plain rules then apply)."""
+    value, why = floor
+    gap = final - value
+    factor = (initial - value) / gap if gap > 0 else math.inf  # at (or a rounding below) the floor: all the way
+    if factor >= EXPECTED:
+        return "overfits", factor, (f"fell {_x(factor)} above its floor in {n} steps ({initial:.4g} → {final:.4g}; "
+                                    f"{why}): it fits this batch down to that floor")
+    if final <= initial * (1 - MIN_FALL):
+        return "falls", factor, (f"fell {_x(factor)} above its floor in {n} steps ({initial:.4g} → {final:.4g}; "
+                                 f"{why}); short of {EXPECTED:g}× above it; whether more steps get there is not "
+                                 f"tested here: run more --steps (or a larger --lr) to find out")
+    return None
 
 
 def _x(factor: float) -> str:

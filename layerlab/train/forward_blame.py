@@ -18,13 +18,13 @@ normalise over the batch at all.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Dict
 
 import torch.nn as nn
 
 from layerlab.errors import CheckFailed, LayerlabError
 from layerlab.spec.limits import clean_text
+from layerlab.target.copying import copy_model
 
 __all__ = ["forward_failed"]
 
@@ -58,7 +58,7 @@ def _inspect_failure(model: nn.Module, positional: list, keyword: Dict[str, Any]
     from layerlab.probe.run import inspect
 
     try:
-        twin = copy.deepcopy(model)
+        twin = copy_model(model)
         report = inspect(twin, *positional, seed=seed, mode=None, fix=False, ops=False, forward_kwargs=keyword)
     except LayerlabError:
         return None

@@ -53,19 +53,23 @@ def findings(model: nn.Module, verdict: FitVerdict, again: Optional[Callable[...
     result = again(None, dropout_off)
     if result is None:
         return None
-    named = ", ".join(f"{path} (p={p:g})" for path, p in found)
+    named = _and([f"{path} (p={p:g})" for path, p in found])
     head = verdict.message.split("; ")[0]  # "fell 3.55× in 50 steps" without the "more steps" advice
     if result.verdict.verdict != "overfits":
         verdict.message += (f"; replayed with the dropout modules off it does not overfit either "
                             f"({result.verdict.message}), so dropout at {named} alone is not what keeps it short")
         return None
     fell = result.verdict.message.split(": ")[0]  # "fell 150× in 50 steps"
+    keeps = "is what keeps" if len(found) == 1 else "are what keep"
     verdict.message = (f"{head} in train mode; with the dropout modules off the same run {fell}: "
-                       f"the model can fit the batch, dropout {named} is what keeps the loss up (see dropout-high)")
+                       f"the model can fit the batch, dropout {named} {keeps} the loss up (see dropout-high)")
     path, p = max(found, key=lambda f: f[1])
+    shares = [f"{q * 100:.0f} %" for _, q in found]
+    drop = (f"drops {shares[0]} of its inputs" if len(found) == 1 else f"drop {shares[0]} of their inputs"
+            if len(set(shares)) == 1 else f"drop {_and(shares)} of their inputs respectively")
     return Problem(
         "dropout-high",
-        f"dropout {named} drops {p:.0%} of {path}'s inputs at every step: in train mode the loss {head}, short of "
+        f"dropout {named} {drop} at every step: in train mode the loss {head}, short of "
         f"{verdict.expected:g}×; replayed with the dropout modules off (same weights, batch, optimizer, seed) it "
         f"{fell} — the dropout, not the model, keeps this batch's loss up",
         where=path, severity="warning",
@@ -74,3 +78,8 @@ def findings(model: nn.Module, verdict: FitVerdict, again: Optional[Callable[...
         hint=f"torch's p is the probability to drop, not to keep (TensorFlow 1's keep_prob): if {p:g} was meant "
              f"as the share kept, write p={1 - p:.2g}; otherwise use p ≤ 0.5, or judge the fit with dropout off "
              "(--mode eval)")
+
+
+def _and(items: List[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

@@ -12,12 +12,17 @@ Three things a mask or an ignore index does when it removes *every* element, eac
   mean over 0 elements is 0/0) and ``mean``/a division of a sum by a count that is 0;
 * **an ``nn.Embedding`` whose every input index is its ``padding_idx``** (a tokenizer or collator
   bug: the batch is all padding): it returns the zero vector for every token, its gradient is
-  exactly 0, and what follows sees a constant. Seen by a forward hook on one re-run forward.
+  exactly 0, and what follows sees a constant. Seen by a forward hook on one re-run forward. A batch
+  that carries nothing for *one* input is also the data's doing (a segment embedding whose ids are
+  all 0 in a single-segment batch, beside token ids that do differ): when the loss still overfits,
+  falls or learns slowly while the samples' predictions differ, this is a warning. It is an error only
+  when the loss did not overfit *and* the prediction is the same for every sample (what the
+  all-padding embedding feeds is all the prediction sees), or, for a loss the model computes itself
+  (no per-sample prediction to compare), when the loss did not fall at all.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -25,6 +30,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from layerlab.errors import Problem
+from layerlab.target.copying import copy_model
 
 __all__ = ["zero_loss", "nan_at_start", "all_padding"]
 
@@ -82,7 +88,7 @@ def nan_at_start(model: torch.nn.Module, positional: list, keyword: Dict[str, An
                  ) -> Tuple[Optional[str], str]:
     """Why the first step's loss is NaN (``None`` when not seen) and the hint; no update ran yet."""
     watch = _Watch()
-    twin = copy.deepcopy(model)
+    twin = copy_model(model)
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]), watch:
             out = twin(*positional, **keyword)
@@ -96,15 +102,17 @@ def nan_at_start(model: torch.nn.Module, positional: list, keyword: Dict[str, An
                   "inputs and arithmetic (a log of 0, a division by 0, a mask that selects nothing)")
 
 
-def all_padding(model: torch.nn.Module, positional: list, keyword: Dict[str, Any], flags: List[Problem]) -> None:
-    """Rewrite the ``zero-grad`` finding of an Embedding fed nothing but its ``padding_idx``."""
+def all_padding(model: torch.nn.Module, positional: list, keyword: Dict[str, Any], flags: List[Problem],
+                verdict: str = "flat", same: Optional[List[bool]] = None) -> None:
+    """Rewrite the ``zero-grad`` finding of an Embedding fed nothing but its ``padding_idx``. ``verdict``:
+    the fit verdict; ``same``: whether the prediction was equal for every sample (first and last step)."""
     paths = {p: m for p, m in model.named_modules()
              if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None}
     hits = [f for f in flags if f.code == "zero-grad" and f.where in paths]
     if not hits:
         return
     seen: Dict[str, bool] = {}
-    twin = copy.deepcopy(model)
+    twin = copy_model(model)
     twin_paths = {p: m for p, m in twin.named_modules() if p in paths}
 
     def hook(path):
@@ -123,11 +131,27 @@ def all_padding(model: torch.nn.Module, positional: list, keyword: Dict[str, Any
     finally:
         for h in handles:
             h.remove()
+    constant = all(same) if same and len(same) >= 2 else None  # None: no per-sample prediction was compared
+    # learning from other inputs: it overfits, or it falls while the samples' predictions differ (a constant
+    # prediction that falls is only fitting the target's mean through a bias)
+    learns = verdict == "overfits" or (verdict in ("falls", "slow") and constant is not True)
     for f in hits:
         if seen.get(f.where):
             pad = paths[f.where].padding_idx
             f.message = (f"{f.where} (Embedding): every index in its input is its padding_idx {pad}, so it returns "
-                         "the zero vector for every token and its gradient is exactly 0 — the batch is all padding")
+                         "the zero vector for every token and its gradient is exactly 0 — this batch is all padding "
+                         "for this input")
             f.hint = (f"check the tokenizer/collator: real token ids must differ from the pad id {pad} "
                       "(or padding_idx is set to a real token's id)")
-            f.severity = "error"
+            if learns:
+                f.message += (f"; the loss still {verdict if verdict != 'slow' else 'falls slowly'}, so the model "
+                              "learns from its other inputs: the batch carries nothing for this one (a single-segment "
+                              "batch does that)")
+                f.severity = "warning"
+            elif constant is False and verdict != "nonfinite":
+                f.message += ("; the prediction still differs between samples, so other inputs reach it: this "
+                              "embedding is not all the model sees, and the loss's failure to fit is not shown to "
+                              "come from it")
+                f.severity = "warning"
+            else:
+                f.severity = "error"

@@ -15,7 +15,6 @@ with the loss (SGD). A replay that raises says nothing (``None``): the finding t
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -23,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import torch.nn as nn
 
+from layerlab.target.copying import copy_model
 from layerlab.train import fit
 from layerlab.train.report import FitVerdict
 
@@ -63,7 +63,7 @@ def replay(trained: nn.Module, initial: Dict[str, torch.Tensor], positional: lis
         Replay or None: ``None`` when the replay raised (it then shows nothing).
     """
     try:
-        twin = copy.deepcopy(trained)
+        twin = copy_model(trained)
         twin.load_state_dict(initial)
         if change is not None:
             change(twin)

@@ -22,7 +22,6 @@ run (dropout masks) and restored afterwards.
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -30,9 +29,10 @@ import torch
 
 from layerlab.errors import CheckFailed, LayerlabError, Problem, UsageError
 from layerlab.target.bind import describe, map_args
+from layerlab.target.copying import copy_model
 from layerlab.spec.limits import clean_text
-from layerlab.train import (constant_output, diverge, fit, forward_blame, frozen, high_dropout, loss as L, no_signal,
-                            output_range, recreated, replay, squashed, summed, unregistered, vanishing)
+from layerlab.train import (constant_output, diverge, fit, floor, forward_blame, frozen, high_dropout, loss as L,
+                            no_signal, output_range, recreated, replay, squashed, summed, unregistered, vanishing)
 from layerlab.train.objective import build_objective, loss_value
 from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
@@ -90,7 +90,7 @@ def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any
         if not isinstance(module_or_spec, torch.nn.Module):
             raise UsageError("train_check takes an nn.Module (and its inputs) or a spec path", where="module",
                              got=type(module_or_spec).__name__)
-        built = from_module(copy.deepcopy(module_or_spec), *inputs, seed=seed, forward_kwargs=forward_kwargs,
+        built = from_module(copy_model(module_or_spec), *inputs, seed=seed, forward_kwargs=forward_kwargs,
                             **kwargs)
         original = module_or_spec
     return train_target(built, loss=loss, target=target, output=output, steps=steps, optimizer=optimizer, lr=lr,
@@ -136,7 +136,7 @@ def _train_target(built: Any, *, loss: Any, target: Any, output: Any, steps: Opt
                          got=steps)
     if lr is not None:
         lr = check_lr(lr, "--lr", UsageError)
-    model = built.module if copied else copy.deepcopy(built.module)
+    model = built.module if copied else copy_model(built.module)
     if mode is not None:
         model.train(mode == "train")
     args = map_args(built.args, lambda t: t.detach())  # the batch is data: no gradient w.r.t. it
@@ -291,19 +291,31 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     tracker = run.tracker
     trainable = sum(p.numel() for p in tracker.params if p.requires_grad)
     target_values = None if objective is None or objective.target is None else objective.target.numel()
-    verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None)
+    positional, keyword = [a.value for a in args if not a.keyword], {a.name: a.value for a in args if a.keyword}
+    equal_inputs = objective is not None and objective.target is not None and len(run.same) >= 2 and \
+        all(run.same) and objective.target.dim() > 0 and \
+        constant_output.same_inputs([*positional, *keyword.values()], objective.target.shape[0])
+    # the loss's exact minimum given its target (soft targets; a constant prediction): judged above it
+    lowest = (floor.constant_floor(objective) if equal_inputs else None) or \
+        (floor.exact_floor(objective) if objective is not None else None)
+    verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None,
+                        floor=lowest)
     if run.floor is not None and verdict.verdict in ("falls", "slow"):  # "more steps will get there" is wrong
         verdict.message = f"{verdict.message.split('; ')[0]}; {run.floor}"
     dropout = high_dropout.findings(model, verdict, again)  # p > 0.5: replayed with dropout off
     if verdict.verdict in ("falls", "slow") and frozen.active_dropout(model) and "dropout" not in verdict.message:
         verdict.message += "; dropout is active (train mode), which keeps the loss of one batch noisy and above 0"
     flags: List[Problem] = [dropout] if dropout is not None else []
-    positional, keyword = [a.value for a in args if not a.keyword], {a.name: a.value for a in args if a.keyword}
     empty = no_signal.zero_loss(run.losses, tracker.nonzero_grad, verdict)  # a mask that zeroes every element
     flags += [empty] if empty is not None else []
     same = constant_output.finding(run.same, objective, verdict.verdict, [*positional, *keyword.values()]) \
         if empty is None else None
     flags += [same] if same is not None else []
+    if same is not None and same.severity == "warning" and verdict.verdict in ("falls", "slow"):
+        # equal inputs: one prediction for every sample is as far as it can go; "run more steps" would contradict it
+        verdict.message = (f"{verdict.message.split('; ')[0]}; every sample has the same input, so one prediction "
+                           "serves them all: whatever the steps, the loss cannot go below that of the best single "
+                           "prediction (see constant-output)")
     if run.nonfinite is not None:
         nf = run.nonfinite
         cause, hint = no_signal.nan_at_start(model, positional, keyword, objective) if nf.step == 0 and \
@@ -311,7 +323,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} "
                              f"not finite — {nf.message}" + (f"; {cause}" if cause else ""), where=nf.where,
                              severity="error", data={"step": nf.step, "params": nf.params}, hint=hint))
-    elif verdict.verdict == "slow":
+    elif verdict.verdict == "slow" and not (same is not None and same.severity == "warning"):
         lr_text = f"this check's default lr {rate:g} may be small for this model: " if default_lr and rate else ""
         flags.append(Problem("loss-slow", verdict.message, where="(loss)", severity="warning",
                              hint=f"{lr_text}run more steps (--steps {steps * 4}) or raise --lr to see whether it "
@@ -337,7 +349,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     found = [f for f in found if not (swapped and set(f.data.get("params", [])) <= swapped)
              and not (empty is not None and f.code == "zero-grad")]  # said once, by the finding with the cause
     flags.extend(found)
-    no_signal.all_padding(model, positional, keyword, flags)
+    no_signal.all_padding(model, positional, keyword, flags, verdict.verdict, run.same)
     flags.extend(run.early)
     decay = decay_finding(opt, steps, verdict.verdict)
     flags.extend([decay] if decay is not None else [])

@@ -130,7 +130,7 @@ def test_dropout_09_is_named_with_p_and_the_replay_without_it():
     report = train_check(model, x, target=y)
     flag = _flag(report, "dropout-high")
     assert flag.where == "drop" and flag.severity == "warning"
-    assert "drop (p=0.9)" in flag.message and "90% of drop's inputs" in flag.message
+    assert "drop (p=0.9)" in flag.message and "drops 90 % of its inputs" in flag.message
     assert "probability to drop" in flag.hint and "p=0.1" in flag.hint
     assert report.fit.factor < 10 and "more steps" not in report.fit.message
     # the replay with dropout off, against plain torch: the same weights with the dropout off overfit
