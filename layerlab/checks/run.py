@@ -234,18 +234,24 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
     table = _registry()
     results: List[CheckResult] = []
     skip_why: Optional[str] = None
-    for name in opts.selected():
-        if skip_why is not None and name != "runs":
-            results.append(CheckResult(name, Status.SKIP, skip_why))
-            continue
+
+    def timed(checked_case, name: str) -> CheckResult:
+        """One check on ``checked_case``; a raise in it is the check's result (see check_raised)."""
         t0 = time.perf_counter()
         try:
-            result = table[name](case, opts)
+            result = table[name](checked_case, opts)
         except Exception as exc:
             if debug_enabled():
                 raise
             result = check_raised(name, exc)
         result.seconds = time.perf_counter() - t0
+        return result
+
+    for name in opts.selected():
+        if skip_why is not None and name != "runs":
+            results.append(CheckResult(name, Status.SKIP, skip_why))
+            continue
+        result = timed(case, name)
         results.append(result)
         if name == "runs" and result.status == Status.FAIL and result.details.get("exception"):
             skip_why = "skipped: the layer does not run (see runs)"
@@ -254,18 +260,7 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
                         "comparing values needs inputs in its domain")
     from layerlab.checks.repeatable import reexplain
 
-    def rerun(changed, name: str) -> CheckResult:
-        t0 = time.perf_counter()
-        try:
-            result = table[name](changed, opts)
-        except Exception as exc:
-            if debug_enabled():
-                raise
-            result = check_raised(name, exc)
-        result.seconds = time.perf_counter() - t0
-        return result
-
-    return reexplain(case, results, rerun)  # one random forward fails every comparison: say so, once
+    return reexplain(case, results, timed)  # one random forward fails every comparison: say so, once
 
 
 @functools.lru_cache(maxsize=1)
