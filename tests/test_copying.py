@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from layerlab.errors import UsageError
-from layerlab.target.copying import copy_model
+from layerlab.target.copying import copy_model, picklable_copy
 
 
 def _old_weight_norm(module, **kw):
@@ -113,3 +113,22 @@ def test_a_derived_tensor_inside_a_list_is_a_usage_error_too():
     with pytest.raises(UsageError, match="deepcopy refuses") as info:
         copy_model(Cached())
     assert "parametrizations" in info.value.hint
+
+
+def test_a_copy_for_another_process_pickles_and_computes_the_same():
+    # ddp-check pickles the model to its ranks; pickle refuses a weight_norm module's derived weight
+    # ("autograd does not support crossing process boundaries") — the torch fact, then the fix
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers torch's reducers, as the ranks' queues use
+
+    torch.manual_seed(0)
+    model = nn.Sequential(_old_weight_norm(nn.Conv1d(4, 8, 3)), nn.ReLU(), _old_weight_norm(nn.Conv1d(8, 2, 3)))
+    x = torch.randn(2, 4, 16)
+    expected = model(x)
+    with pytest.raises(RuntimeError, match="crossing process boundaries"):
+        ForkingPickler.dumps(copy_model(model))
+    received = pickle.loads(ForkingPickler.dumps(picklable_copy(model)))
+    assert torch.equal(received(x), expected)
+    assert received[0].weight_g.requires_grad and received[0].weight.requires_grad  # recomputed by its hook

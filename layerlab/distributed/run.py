@@ -189,7 +189,7 @@ def _check(target: Any, build: Optional[Callable[[], torch.nn.Module]], options:
         loss = UserLoss(options.loss, allow_import=allow_import, base_dir=target.base_dir, where=where)
         loss.load()  # a bad path or a refused import: exit 2 now, not in every rank
     job_args = map_args(target.args, lambda t: t.detach().cpu().requires_grad_(t.requires_grad))
-    job = RankJob(build=build or _Given(_copy(module)), state=None if build is None else _cpu_state(module),
+    job = RankJob(build=build or _Given(_picklable(module)), state=None if build is None else _cpu_state(module),
                   mode=target.mode, args=job_args, plan=the_plan, loss=loss, options=options,
                   backend="nccl" if device == "cuda" else "gloo", device=device, seed=target.seed,
                   threads=threads, env={"OMP_NUM_THREADS": "1"})
@@ -230,10 +230,10 @@ def _finish(base, module, single, results, options, loss, t0):
     return report
 
 
-def _copy(module: torch.nn.Module) -> torch.nn.Module:
-    from layerlab.target.copying import copy_model
+def _picklable(module: torch.nn.Module) -> torch.nn.Module:
+    from layerlab.target.copying import picklable_copy
 
-    return copy_model(module)
+    return picklable_copy(module)
 
 
 def _cpu_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:

@@ -26,7 +26,7 @@ from torch import nn
 
 from layerlab.errors import UsageError
 
-__all__ = ["copy_model"]
+__all__ = ["copy_model", "picklable_copy"]
 
 _FIX = ("use the parametrization API, torch.nn.utils.parametrizations.weight_norm (or "
         ".spectral_norm), which copies; or compute the tensor inside forward instead of keeping it "
@@ -100,3 +100,14 @@ def _find_hook(sub: nn.Module, name: str) -> Callable[[nn.Module], torch.Tensor]
         if isinstance(hook, SpectralNorm) and hook.name == name:
             return lambda m, h=hook: h.compute_weight(m, do_power_iteration=False)
     return None
+
+
+def picklable_copy(module: nn.Module) -> nn.Module:
+    """:func:`copy_model` for sending to another process (ddp-check's ranks): pickle refuses a tensor
+    that requires grad and is not a leaf ("autograd does not support crossing process boundaries").
+    The old hooks' derived weights are detached on the copy: their forward-pre-hook computes them
+    again from the parameters before every call, so nothing the copy computes changes."""
+    twin = copy_model(module)
+    for _, sub, name, _ in _derived_attributes(twin):
+        sub.__dict__[name] = sub.__dict__[name].detach()
+    return twin
