@@ -193,7 +193,7 @@ def _explain_forward(case: Case, train: Optional[bool], first: Dict[str, Any], b
         summary += f" ({islands.note()})"
     where, hint = worst.what, None
     hypothesis = counterfactual(case, train)
-    origin = first_divergent_submodule(case, train) if hypothesis is None else None
+    origin = first_divergent_submodule(case, train, islands.tol) if hypothesis is None else None
     found = _output_pattern(case, outputs, worst.what, islands.tol)
     if hypothesis:
         details["hypothesis"] = hypothesis
@@ -345,7 +345,7 @@ def _explain_backward(case: Case, train: Optional[bool], bad: List[Comparison], 
     go, gr = got[focus]
     found = pattern(go, gr, sizes=_layer_sizes(case.module), gates=_gates_of(case, focus), tol=islands.tol)
     hypothesis = counterfactual(case, train) if param_names else None
-    origin = None if hypothesis or not param_names else first_divergent_submodule(case, train)
+    origin = None if hypothesis or not param_names else first_divergent_submodule(case, train, islands.tol)
     if hypothesis:
         details["hypothesis"] = hypothesis
         summary += f"; {hypothesis['text']}"

@@ -217,3 +217,53 @@ def test_rounding_noise_is_not_described_as_a_pattern():
     shifted[:, :, 3] += 0.01  # a real difference well above the rounding is still located
     found = pattern(shifted, exact, tol=(1.3e-6, 1e-5))
     assert found is not None and found.kind == "indices" and found.details["indices"] == [3]
+
+
+class _F32RMSNorm(nn.Module):
+    """A correct RMSNorm computing in float32 (as Hugging Face's LlamaRMSNorm does)."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+class _TwiceBias(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) + self.bias  # the planted bug: the bias twice
+
+
+class _NormProj(nn.Module):
+    def __init__(self, norm, proj):
+        super().__init__()
+        self.norm, self.proj = norm, proj
+
+    def forward(self, x):
+        return self.proj(self.norm(x))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_first_divergent_submodule_ignores_float32_rounding_before_the_bug(seed):
+    # before: with seed 2 the correct float32 norm was named as where the outputs first diverge
+    torch.manual_seed(seed)
+    ours = _NormProj(_F32RMSNorm(32), _TwiceBias(32, 8))
+    with torch.no_grad():
+        ours.norm.weight.normal_(1, 0.5)
+    ref = _NormProj(nn.RMSNorm(32, eps=1e-6), nn.Linear(32, 8))
+    x = torch.randn(2, 7, 32) * 3
+    # the premise: the norm alone agrees with torch's at float32 tolerance (it only rounds); on copies
+    # in float64, so the models verify takes stay as built
+    import copy
+
+    ours64, ref64 = copy.deepcopy(ours.norm).double(), copy.deepcopy(ref.norm).double()
+    ref64.weight.data.copy_(ours64.weight.data)
+    with torch.no_grad():
+        torch.testing.assert_close(ours64(x.double()), ref64(x.double()), rtol=1.3e-6, atol=1e-5)
+    r = layerlab.verify(ours, x, reference=ref)
+    f = {c.name: c for c in r.checks}["forward_parity"]
+    assert f.status == Status.FAIL and f.where == "proj", (f.where, f.summary)
+    assert f.details["divergence"]["where"] == "proj"
