@@ -55,14 +55,15 @@ def same_inputs(inputs: Sequence[Any], batch: int) -> bool:
     return bool(batched) and all(rows_equal_any(t) for t in batched)
 
 
-def finding(seen: List[bool], objective: Any, verdict: str, inputs: Sequence[Any] = ()) -> Optional[Problem]:
-    """``inputs``: the forward's arguments. When every batched one is the same for every sample, nothing
-    tells the samples apart and an equal prediction is no fault of the model: a warning that says so."""
+def finding(seen: List[bool], objective: Any, verdict: str, equal_inputs: bool = False) -> Optional[Problem]:
+    """``equal_inputs``: every batched argument of forward is the same for every sample
+    (:func:`same_inputs`): nothing tells the samples apart, and an equal prediction is no fault of the
+    model: a warning that says so."""
     target = getattr(objective, "target", None)
     if len(seen) < 2 or not all(seen) or not isinstance(target, torch.Tensor) \
             or target.dim() == 0 or target.shape[0] < 2 or rows_equal_any(target):
         return None
-    if same_inputs(inputs, target.shape[0]):  # the data, not the model, makes them equal
+    if equal_inputs:  # the data, not the model, makes them equal
         return Problem("constant-output", f"every sample of the batch has the same input, so the prediction "
                        f"({objective.output_path}) is the same for all while the target differs: the loss can at "
                        "best fit the target's mean", where=objective.output_path, severity="warning",

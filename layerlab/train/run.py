@@ -308,8 +308,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     flags: List[Problem] = [dropout] if dropout is not None else []
     empty = no_signal.zero_loss(run.losses, tracker.nonzero_grad, verdict)  # a mask that zeroes every element
     flags += [empty] if empty is not None else []
-    same = constant_output.finding(run.same, objective, verdict.verdict, [*positional, *keyword.values()]) \
-        if empty is None else None
+    same = constant_output.finding(run.same, objective, verdict.verdict, equal_inputs) if empty is None else None
     flags += [same] if same is not None else []
     if same is not None and same.severity == "warning" and verdict.verdict in ("falls", "slow"):
         # equal inputs: one prediction for every sample is as far as it can go; "run more steps" would contradict it
