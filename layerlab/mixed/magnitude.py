@@ -61,10 +61,11 @@ class Sizes:
 
 
 def step(value: float, dtype: str) -> float:
-    """The dtype's spacing of numbers (ulp) at ``value``: bfloat16's at 300 is 2, float16's 0.25."""
+    """The dtype's spacing of numbers (ulp) at ``value``: bfloat16's at 300 is 2, float16's 0.25 (any
+    floating dtype by name: an op's recorded output dtype)."""
     if value <= 0 or not math.isfinite(value):
         return 0.0
-    return 2.0 ** math.floor(math.log2(value)) * float(torch.finfo(HALF[dtype]).eps)
+    return 2.0 ** math.floor(math.log2(value)) * float(torch.finfo(HALF.get(dtype) or getattr(torch, dtype)).eps)
 
 
 def scalars(op: OpSeen) -> List[float]:

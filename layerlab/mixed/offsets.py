@@ -29,6 +29,7 @@ import torch
 from layerlab.mixed import causes
 from layerlab.mixed.capture import Key, Seen
 from layerlab.mixed.dtypes import Tolerance
+from layerlab.mixed.magnitude import step
 from layerlab.mixed.runs import OpSeen, RunResult
 
 #: norms that subtract the mean: an offset added just before them changes nothing in exact arithmetic
@@ -116,10 +117,10 @@ def explain(key: Key, class_name: str, ref: RunResult, run: RunResult, tol: Tole
             "swamped", f"{measured}: the values were rounded at the offset's magnitude before {name} ran, which "
             "only shows the loss", f"remove the large offset before {name}, or add it in float32{same}"), None
     low = op.record.out_dtypes[0]
-    step = 2.0 ** math.floor(math.log2(lost.amax)) * float(torch.finfo(getattr(torch, low)).eps)  # ulp at amax
+    ulp = step(lost.amax, low)
     return causes.Cause(
         "swamped", f"{op.record.op} runs in {low}{causes.code(op)}: it makes values of |x| up to {lost.amax:.3g}, "
-        f"{lost.offset:.3g}× their spread, and {low}'s step there is {step:.3g}, so the spread is "
+        f"{lost.offset:.3g}× their spread, and {low}'s step there is {ulp:.3g}, so the spread is "
         f"lost here: {name} only shows it (its centred input is off by {lost.error:.2g}), and running it in "
         "float32 cannot bring it back",
         f"remove the offset (or subtract it again before rounding){same}; or do that {op.record.op} and {name} in "
