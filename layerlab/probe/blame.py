@@ -25,7 +25,6 @@ import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
 from layerlab.probe import channel_rules, hf_rules, loss_rules, upstream_rules
-from layerlab.probe.channel_rules import where_passed
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import mha, transformer_masks
@@ -204,7 +203,7 @@ def _at_model_input(ctx: FailureContext, found: Diagnosis) -> Diagnosis:
         tensor = ctx.args[key] if isinstance(key, int) and key < len(ctx.args) else None
     if not isinstance(tensor, torch.Tensor):
         return found
-    path, outer_key, name = where_passed(ctx, tensor)
+    path, outer_key, name = ctx.passed_at(tensor, "x", 0)
     if path == ctx.path:
         return found
     if isinstance(outer_key, int) and _from_torch(ctx, path):

@@ -15,27 +15,8 @@ from typing import Optional
 
 import torch
 
-from layerlab.probe.hooks import forward_arg_names
 from layerlab.probe.layout import move_axis, permute_code
 from layerlab.probe.report import Diagnosis, FixStep
-
-
-def where_passed(ctx, x: torch.Tensor):
-    """``(path, key, name)`` of the outermost call that received ``x`` itself as an argument."""
-    for path, args, kwargs in ctx.outer:
-        names = ()
-        try:
-            module = ctx.recorder.root.get_submodule(path) if path else ctx.recorder.root
-            names = forward_arg_names(type(module))
-        except Exception:
-            pass
-        for i, a in enumerate(args):
-            if a is x:
-                return path, i, names[i] if i < len(names) else "x"
-        for k, a in kwargs.items():
-            if a is x:
-                return path, k, k
-    return ctx.path, ctx.key("pixel_values", 0), "pixel_values"
 
 
 def channels_last(ctx) -> Optional[Diagnosis]:
@@ -50,7 +31,7 @@ def channels_last(ctx) -> Optional[Diagnosis]:
     if shape[1] == C or shape[-1] != C:
         return None
     dims = move_axis(r, r - 1, 1)
-    path, key, name = where_passed(ctx, x)
+    path, key, name = ctx.passed_at(x, "pixel_values", 0)
     code = permute_code(name, dims)
     spatial = ", ".join("HWD"[i] for i in range(r - 2)) if r <= 5 else "…"
     return Diagnosis(

@@ -66,6 +66,28 @@ class FailureContext:
                 return k
         return None
 
+    def passed_at(self, x: torch.Tensor, name: str, position: int, unnamed: str = "x"
+                  ) -> Tuple[str, Union[int, str], str]:
+        """``(path, key, name)`` of the outermost call that received ``x`` itself as an argument: where
+        the user passes it, so a fix of a model input is written there (not deep inside, where the layers
+        around would still read the old value). ``name``/``position``: the failing call's argument, used
+        when no outer call received ``x``; ``unnamed``: what a positional argument past the forward's
+        named parameters is called."""
+        for path, args, kwargs in self.outer:
+            names: Tuple[str, ...] = ()
+            try:
+                module = self.recorder.root.get_submodule(path) if path else self.recorder.root
+                names = tuple(forward_arg_names(type(module)))
+            except Exception:  # noqa: BLE001 - a path the recorder cannot resolve: positions go unnamed
+                pass
+            for i, a in enumerate(args):
+                if a is x:
+                    return path, i, names[i] if i < len(names) else unnamed
+            for k, a in kwargs.items():
+                if a is x:
+                    return path, k, k
+        return self.path, self.key(name, position), name
+
     # -- where tensors came from -------------------------------------------------------------------
     @property
     def failed_op(self):

@@ -138,18 +138,8 @@ def _causal(mask: torch.Tensor) -> bool:
 def _causal_crop(ctx, mask: torch.Tensor, L: int, rule: str) -> Diagnosis:
     """A causal mask built once for the longest sequence (``max_len``) and passed whole for a
     shorter one: its top-left L×L corner *is* the causal mask of length L, so the slice is exact."""
-    from layerlab.probe.hooks import forward_arg_names
-
     M = mask.shape[0]
-    where, key, name = ctx.path, ctx.key("attn_mask", 5), "attn_mask"
-    for path, args, kwargs in ctx.outer:  # slice it where the user passes it
-        hit = [(i, a) for i, a in enumerate(args) if a is mask] + [(k, a) for k, a in kwargs.items() if a is mask]
-        if hit:
-            root = ctx.recorder.root
-            names = forward_arg_names(type(root.get_submodule(path) if path else root))
-            key = hit[0][0]
-            where, name = path, key if isinstance(key, str) else (names[key] if key < len(names) else "mask")
-            break
+    where, key, name = ctx.passed_at(mask, "attn_mask", 5, unnamed="mask")  # slice it where the user passes it
     code = f"{name}[:{L}, :{L}]"
     return Diagnosis(
         f"attn_mask is a causal mask for {M} positions ({M}×{M}), but the sequence has {L}: it must be ({L}, {L})",
@@ -295,7 +285,7 @@ def _padding_fix(found: Diagnosis, mask: torch.Tensor, q: torch.Tensor, record, 
     attend to the padding only — so then no fix, and the hint says which of the two to write."""
     extra = q.dim() - 2
     index = f"[:, {'None, ' * extra}:]"
-    code, name = f"mask{index}", "attn_mask" if arg == "attn_mask" else "mask"
+    code = f"mask{index}"
     found.hint = f"a padding mask (N, S) needs {code}{op_at(record)}: one axis each for " + (
         "the heads and the queries" if extra == 2 else f"the {extra} dims between N and S")
     if mask.dtype == torch.bool and not keeps(mask):
