@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 
