@@ -28,6 +28,7 @@ from layerlab._version import __version__
 from layerlab.cli import (ddp_cmd, diff_cmd, explain_shape, export_cmd, gradcheck_cmd, inspect_cmd, list_cmd,
                           precision_cmd, profile_cmd, train_cmd)
 from layerlab.cli.boundary import broken_pipe, guarded, report
+from layerlab.cli.help_text import reflow
 from layerlab.errors import Interrupted, LayerlabError, UsageError
 
 app = typer.Typer(
@@ -57,16 +58,20 @@ def _root(
     """layerlab: inspect, explain and verify PyTorch layers."""
 
 
-app.command("explain-shape", no_args_is_help=False)(guarded(explain_shape.command))
-app.command("inspect", no_args_is_help=True)(guarded(inspect_cmd.command))
-app.command("gradcheck", no_args_is_help=True)(guarded(gradcheck_cmd.command))
-app.command("export-check", no_args_is_help=True)(guarded(export_cmd.command))
-app.command("profile", no_args_is_help=True)(guarded(profile_cmd.command))
-app.command("train-check", no_args_is_help=True)(guarded(train_cmd.command))
-app.command("precision-check", no_args_is_help=True)(guarded(precision_cmd.command))
-app.command("ddp-check", no_args_is_help=True)(guarded(ddp_cmd.command))
-app.command("diff", no_args_is_help=True)(guarded(diff_cmd.command))
-app.command("list", no_args_is_help=False)(guarded(list_cmd.command))
+def _register(name: str, command, no_args_is_help: bool = True) -> None:
+    app.command(name, help=reflow(command.__doc__), no_args_is_help=no_args_is_help)(guarded(command))
+
+
+_register("explain-shape", explain_shape.command, no_args_is_help=False)
+_register("inspect", inspect_cmd.command)
+_register("gradcheck", gradcheck_cmd.command)
+_register("export-check", export_cmd.command)
+_register("profile", profile_cmd.command)
+_register("train-check", train_cmd.command)
+_register("precision-check", precision_cmd.command)
+_register("ddp-check", ddp_cmd.command)
+_register("diff", diff_cmd.command)
+_register("list", list_cmd.command, no_args_is_help=False)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

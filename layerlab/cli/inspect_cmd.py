@@ -76,8 +76,10 @@ def command(
                         "gradient norm reaching the step's input and, for layerlab's own cells, gate saturation.",
     )] = False,
 ) -> int:
-    """Run a layer or block forward and backward, and show every step: shapes, values,
-    gradients, formula checks — and, when it breaks, where and why.
+    """Run a layer or block forward and backward; show every step, and where and why it breaks.
+
+    Every step's shapes, values, gradients and formula checks — and, when it breaks, the module or
+    op that broke, the cause and a fix (verified on a copy where it is mechanical).
 
     Exit codes: 0 all good, 1 the layer raised or a check failed, 2 bad spec or options.
     """
