@@ -9,9 +9,9 @@ statistics, no gradient norms, no NaN checks (the report leaves them empty), and
 a value (``.item()``, ``if mask.any():``, ``nonzero``, boolean indexing) fails; that failure is
 reported as such (see :func:`explain_meta_failure`).
 
-The user's module is never moved: a model with real weights is copied with every parameter and
-buffer replaced by a meta twin *before* copying (``copy.deepcopy``'s memo), so the weights are
-neither copied nor touched. A model already on meta is run as it is.
+The user's module is never moved: a model with real weights is copied with every parameter,
+buffer and plain tensor attribute replaced by a meta twin *before* copying (``copy.deepcopy``'s
+memo), so the weights are neither copied nor touched. A model already on meta is run as it is.
 
 Memory estimate (:class:`MetaMemory`): bytes = numel × element size.
 
@@ -91,6 +91,12 @@ def meta_module(module: torch.nn.Module) -> torch.nn.Module:
     for t in (*module.parameters(), *module.buffers()):
         if not is_lazy(t) and not t.is_meta:
             memo[id(t)] = _meta_twin(t)
+    for _, t in _tensor_attributes(module):
+        # a tensor kept as a plain attribute: a constant (``self.scale = torch.ones(C)``), or one the
+        # old hook API of weight_norm / spectral_norm recomputes from the parameters before every
+        # forward (deepcopy refuses that non-leaf tensor). On meta its shape is all there is to copy.
+        if id(t) not in memo and not t.is_meta:
+            memo[id(t)] = torch.empty_like(t, device=META).requires_grad_(t.requires_grad)
     try:
         twin = copy.deepcopy(module, memo)
     except Exception as exc:

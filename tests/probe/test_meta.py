@@ -48,6 +48,30 @@ def test_torch_nn_model_shapes_equal_a_real_run():
     assert all(p.grad_norm is None and p.flags == [] for p in meta.params)
 
 
+def test_plain_tensor_attributes_and_old_weight_norm_hooks_are_copied_as_meta():
+    # the deprecated hook API keeps ``weight`` as an attribute computed from weight_g / weight_v (a
+    # non-leaf tensor, which deepcopy refuses); spectral_norm keeps a plain one; ``scale`` is a constant
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 5)
+            self.scale = torch.full((5,), 2.0)
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    torch.manual_seed(0)
+    with pytest.warns(FutureWarning):
+        conv = nn.utils.weight_norm(nn.Conv1d(4, 8, 3))
+    model = nn.Sequential(conv, nn.ReLU(), nn.Flatten(1), nn.utils.spectral_norm(nn.Linear(64, 5)), Scaled())
+    x = torch.randn(2, 4, 10)
+    real, meta = _same_as_real(model, x)
+    assert meta.calls[-1].outputs[0].shape == [2, 5]
+    weight = conv.weight  # (the real run's forward recomputed it: the hook does, on every call)
+    assert layerlab.inspect(model, x, meta=True).ok
+    assert conv.weight is weight and weight.device.type == "cpu"  # the meta run left it alone
+
+
 def test_transformer_encoder_shapes_equal_a_real_run():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, batch_first=True)
