@@ -88,8 +88,7 @@ HF_EXPECT = {
     "c23_hf_vit_nhwc": Expect("embeddings.patch_embeddings", "layout", "pixel_values.permute(0, 3, 1, 2)",
                               ("channels-last",), not_first=("num_channels=16",)),
     "c24_hf_float_labels": Expect("", "loss-target", "labels.long()", ("labels are float", "multi_label_classification"),
-                                  op="F.binary_cross_entropy_with_logits",
-                                  then=("config.problem_type='single_label_classification'",)),
+                                  op="F.binary_cross_entropy_with_logits"),
     "c25_hf_bert_too_long": Expect("embeddings", "sequence-length", "input_ids[:, :32]",
                                    ("40 tokens", "max_position_embeddings = 32"), op="expand"),
 }
@@ -215,19 +214,40 @@ def test_upsampled_map_larger_than_skip_gets_no_output_size():
 
 
 def test_hugging_face_problem_type_mutation_is_undone_in_the_chain():
-    """HF stores problem_type on the config on the first call; a fresh model needs only labels.long()."""
+    """HF stores problem_type on the config during the call; inspect puts it back, so the model as
+    handed back needs only labels.long()."""
     pytest.importorskip("transformers", reason="Hugging Face models need transformers")
     from tests.probe import audit_round3_hf as H
 
     broken, inputs, _ = H.CASES["c24_hf_float_labels"]()
     fresh = copy.deepcopy(broken)
     d = layerlab.inspect(broken, backward=False, **inputs).failure.diagnosis
-    assert broken.config.problem_type == "multi_label_classification"  # what HF left on the user's model
+    # HF stored "multi_label_classification" on the config during the run; inspect put back what was there
+    assert broken.config.problem_type is None
     fixed = apply_fixes(fresh, d.verified.steps[:1])
     with torch.no_grad():
         out = fixed(**inputs)
     assert fixed.model.config.problem_type == "single_label_classification"
     torch.testing.assert_close(out.loss, nn.functional.cross_entropy(out.logits, inputs["labels"].long()))
+
+
+def test_a_problem_type_left_by_the_users_earlier_call_is_reset_by_the_fix():
+    """The user's own earlier forward with float labels left multi_label_classification on the config;
+    now the labels are class indices: the fix resets problem_type, and inspect leaves it as it found it."""
+    pytest.importorskip("transformers", reason="Hugging Face models need transformers")
+    from tests.probe import audit_round3_hf as H
+
+    model, inputs, _ = H.CASES["c24_hf_float_labels"]()
+    model.config.problem_type = "multi_label_classification"
+    inputs = dict(inputs, labels=inputs["labels"].long())
+    d = layerlab.inspect(model, backward=False, **inputs).failure.diagnosis
+    assert d.cause == "loss-target" and d.fix.code == "config.problem_type='single_label_classification'"
+    assert d.verified.status == "runs" and d.verified.then == []
+    assert model.config.problem_type == "multi_label_classification"  # handed back as it came
+    fixed = apply_fixes(copy.deepcopy(model), d.verified.steps)
+    with torch.no_grad():
+        out = fixed(**inputs)
+    torch.testing.assert_close(out.loss, nn.functional.cross_entropy(out.logits, inputs["labels"]))
 
 
 def test_too_long_cuts_the_attention_mask_with_the_ids():
