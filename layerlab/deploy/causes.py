@@ -14,6 +14,11 @@ hint sends the user the wrong way:
   name from the signature's positional parameters and cannot pass keyword-only ones.
 * a data-dependent guard under ``torch.compile(fullgraph=True)`` (Dynamo's own message names no fix).
 * ``torch.jit.save`` refusing a scripted module: a ``@torch.jit.ignore``'d method stays Python.
+* a failure inside a library's own code (``torch/nn/…``, ``transformers/…``) on a module of that
+  library (a stock ``nn.LSTM``, ``nn.Transformer``, a Hugging Face model): the generic hints ("annotate
+  arguments", "an if on a tensor") would blame code the user never wrote. Say whose code it is, that
+  it is a limitation of the path with that module, and what does work (a bare ``nn.LSTM`` cannot be
+  scripted, the model holding it can; transformers models are not written for TorchScript).
 
 :func:`cause_hint` returns ``None`` when none of these is the cause.
 """
@@ -22,9 +27,9 @@ from __future__ import annotations
 
 import re
 import traceback
-from typing import Optional
+from typing import Any, Optional
 
-__all__ = ["cause_hint", "SAVE_HINT"]
+__all__ = ["cause_hint", "library_hint", "SAVE_HINT"]
 
 _NUMPY = re.compile(r"\.numpy\(\)|numpy|ndarray", re.IGNORECASE)
 _KW_ONLY_TRACE = re.compile(r"is not in forward\(\) method's arguments|missing \d+ required keyword-only argument")
@@ -45,8 +50,49 @@ def _frames(exc: BaseException) -> str:
     return "\n".join(names)
 
 
-def cause_hint(exc: BaseException, path: str) -> Optional[str]:
-    """The fix for ``exc`` raised by ``path`` when its cause is one of the module docstring's, else ``None``."""
+def _library_of(module: Any) -> Optional[str]:
+    """The library (``torch``, ``transformers``, …) whose class ``module`` is, or ``None`` for the user's own."""
+    from layerlab.deploy.messages import LIBRARIES
+
+    top = type(module).__module__.split(".", 1)[0] if module is not None else ""
+    return top if top in LIBRARIES else None
+
+
+def library_hint(exc: BaseException, path: str, module: Any = None, where: Optional[str] = None) -> Optional[str]:
+    """Whose code failed, when ``module`` is a library's own class and the error points inside that
+    library (or nowhere): a torch / transformers limitation, not a bug in the user's model."""
+    from layerlab.deploy.messages import library_of_path
+
+    lib = _library_of(module)
+    if lib is None or type(module).__name__ in ("Sequential", "ModuleList", "ModuleDict"):
+        return None  # a container of stock layers is the user's composition
+    inside = library_of_path(where)
+    if where is not None and inside is None:
+        return None  # it points at the user's own file
+    text = str(exc)
+    cls = f"{type(module).__module__.split('.')[0]}.{type(module).__qualname__}"
+    if lib == "torch":
+        cls = f"torch.nn.{type(module).__name__}" if type(module).__module__.startswith("torch.nn") else cls
+    tool = {"trace": "torch.jit.trace", "script": "torch.jit.script", "compile": "torch.compile(fullgraph=True)",
+            "export": "torch.export", "export_dynamic": "torch.export", "onnx": "the ONNX exporter"}.get(path, path)
+    import torch
+
+    if path == "script" and isinstance(module, torch.nn.RNNBase) and "has no attribute 'forward'" in text:
+        return (f"torch.jit.script cannot script a bare {cls}: its forward is an @overload pair that TorchScript "
+                "resolves only when the RNN is a submodule (a torch limitation, not your code): script the model "
+                "that holds it, or use torch.export")
+    if path == "script" and lib == "transformers":
+        return (f"{cls} is a transformers model, not written for TorchScript (scripting compiles the source of "
+                "every method it reaches, the config's included): nothing in your code to fix; use torch.export "
+                "or torch.jit.trace")
+    place = f" at {where}" if where else ""
+    return (f"{cls} is {lib}'s own module and the error is raised inside {lib}{place}: a limitation of {tool} "
+            f"with this module, not a bug in code you wrote; try another path")
+
+
+def cause_hint(exc: BaseException, path: str, module: Any = None, where: Optional[str] = None) -> Optional[str]:
+    """The fix for ``exc`` raised by ``path`` when its cause is one of the module docstring's, else ``None``
+    (``module``: the layer, ``where``: the location the error points at, to tell a library's own code)."""
     text = str(exc)
     frames = _frames(exc)
     tool = {"trace": "torch.jit.trace", "script": "TorchScript", "compile": "torch.compile"}.get(path, "torch.export")
@@ -58,6 +104,9 @@ def cause_hint(exc: BaseException, path: str) -> Optional[str]:
         return ("a PackedSequence (pack_padded_sequence) sizes the RNN's batch from the values of the lengths tensor, which "
                 f"{tool} cannot trace: run the RNN on the padded batch (mask the padding afterwards), or pack "
                 "outside the exported module")
+    library = library_hint(exc, path, module, where)
+    if library is not None:
+        return library
     if path == "compile" and "data-dependent" in text:
         return ("a Python int or bool is read from a tensor's value (a ModuleList indexed by a tensor, an if on a "
                 "tensor): select with tensor ops (torch.where, torch.cond) or index with a Python int")

@@ -90,7 +90,8 @@ def output_hint(exc: BaseException, eager_out: Any, path: str) -> Optional[str]:
         if no_cache:
             return f"{no_cache}; and {fix}"
         if "Encountering a dict" in text:  # a dict (a Hugging Face ModelOutput) under strict tracing
-            return f"torch.jit.trace (strict) refuses dict outputs: {fix}, or use torch.export"
+            return (f"torch.jit.trace (strict) refuses dict outputs: {fix}, or trace with strict=False "
+                    f"(torch.jit.trace(model, example, strict=False) keeps the dict), or use torch.export")
         return f"torch.jit.trace returns only tensors and tuples/lists/dicts of them: {fix}, or use torch.export"
     if not (_OUTPUT_TEXT.search(text) or (named and _PYTREE_TEXT.search(text))):
         return None

@@ -78,7 +78,8 @@ def user_location(text: str, innermost: str = "last") -> Optional[str]:
     Dynamo and torch.export list frames outermost first (``innermost="last"``); TorchScript names
     the failing line first and then its callers (``innermost="first"``).
     """
-    found = [(path, line) for path, line in _FILE_LINE.findall(text)]
+    # ``<string>`` / ``<eval_with_key>`` / ``<frozen …>``: code torch generated or exec'd, no file to open
+    found = [(path, line) for path, line in _FILE_LINE.findall(text) if not path.startswith("<")]
     if not found:
         return None
     own = [(p, n) for p, n in found if not _in_torch(p)]
@@ -86,7 +87,22 @@ def user_location(text: str, innermost: str = "last") -> Optional[str]:
         path, line = own[-1] if innermost == "last" else own[0]
         return f"{short_path(path)}:{line}"
     useful = [(p, n) for p, n in found if not short_path(p).startswith(_MACHINERY)]
-    return f"{short_path(useful[0][0])}:{useful[0][1]}" if useful else None
+    if not useful:
+        return None
+    path, line = useful[-1] if innermost == "last" else useful[0]  # the frame nearest the failure
+    return f"{short_path(path)}:{line}"
+
+
+#: installed libraries whose modules people export without having written them
+LIBRARIES = ("torch", "transformers", "torchvision", "timm", "torchaudio")
+
+
+def library_of_path(where: Optional[str]) -> Optional[str]:
+    """``torch`` for ``torch/nn/modules/rnn.py:328`` (a :func:`user_location` inside a library), else ``None``."""
+    if not where:
+        return None
+    top = where.replace("\\", "/").split("/", 1)[0]
+    return top if top in LIBRARIES and "/" in where else None
 
 
 def _in_torch(path: str) -> bool:

@@ -47,9 +47,10 @@ def _raised(ctx: Context, path: str, exc: BaseException, what: str, hint: Option
     from layerlab.deploy.hints import output_hint
 
     innermost = "first" if path in ("script", "trace") else "last"
-    hint = output_hint(exc, ctx.eager_out, path) or cause_hint(exc, path) or hint
-    return _result(ctx, path, Status.FAIL, f"{what}: {first_line(exc)}", where=user_location(str(exc), innermost),
-                   hint=hint, details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
+    where = user_location(str(exc), innermost)
+    hint = output_hint(exc, ctx.eager_out, path) or cause_hint(exc, path, ctx.module, where) or hint
+    return _result(ctx, path, Status.FAIL, f"{what}: {first_line(exc)}", where=where, hint=hint,
+                   details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
 
 
 def _check_variants(ctx: Context, run: Callable[..., Any], variants=None) -> tuple:
@@ -113,8 +114,16 @@ def trace(ctx: Context) -> PathResult:
                 else:
                     traced = torch.jit.trace(module, tuple(pos), check_trace=False)
         except Exception as exc:
-            return _raised(ctx, "trace", exc, "tracing raised",
-                           hint="torch.jit.trace runs forward once on tensors it records; try torch.export")
+            failed = _raised(ctx, "trace", exc, "tracing raised",
+                             hint="torch.jit.trace runs forward once on tensors it records; try torch.export")
+            plain = _non_tensor_inputs(by_name, str(exc))
+            if plain and "can be inputs to traced functions" in str(exc):
+                # torch's interface, not the model: trace takes tensors only; a flag must be bound first
+                failed.hint = (f"torch.jit.trace takes tensors only, and {', '.join(plain)} is not one: bind it "
+                               f"before tracing (functools.partial or a wrapper module: the trace bakes it in "
+                               f"anyway), or use torch.export (it takes plain values)")
+                failed.details["non_tensor_inputs"] = plain
+            return failed
         tracer = _tracer_warnings(caught)
         if by_name is not None:
             def run(*p, **k):
@@ -144,6 +153,21 @@ def trace(ctx: Context) -> PathResult:
     tail = f" and at {', '.join(tried)}" if tried else ""
     return _result(ctx, "trace", Status.PASS, f"the trace equals eager on the example{tail}", matches_eager=True,
                    comparisons=comps + more, details=details)
+
+
+def _non_tensor_inputs(by_name: Optional[Dict[str, Any]], message: str = "") -> List[str]:
+    """``name=value`` of the example's arguments that hold no tensor (those of the type torch's message
+    names, "… Got bool", where it names one)."""
+    import re
+
+    from layerlab.target.bind import flatten
+
+    plain = {name: value for name, value in (by_name or {}).items()
+             if not isinstance(value, torch.Tensor) and not flatten(value)}
+    named = re.search(r"Got (\w+)\s*$", message.strip())
+    if named:
+        plain = {n: v for n, v in plain.items() if type(v).__name__ == named.group(1)} or plain
+    return [f"{name}={value!r}"[:60] for name, value in plain.items()]
 
 
 def _as_args(values, keyword: bool = False):
