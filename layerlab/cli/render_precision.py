@@ -19,7 +19,8 @@ from layerlab.cli.render_fold import short_path
 from layerlab.mixed.report import Finding, ModuleRow, PrecisionReport, PrecisionRun
 
 MARK = {"error": "[bold red]✗[/]", "warning": "[yellow]![/]", "info": "[dim]·[/]"}
-FLAG_STYLE = {"precision": "bold red", "non-finite": "bold red", "overflow": "bold red", "inherited": "dim"}
+FLAG_STYLE = {"precision": "bold red", "non-finite": "bold red", "overflow": "bold red", "inherited": "dim",
+              "upstream": "dim"}
 
 
 def in_eps(value: Optional[float], eps: float) -> str:

@@ -10,6 +10,11 @@ Rules (``tol`` = :class:`~layerlab.mixed.dtypes.Tolerance` of the run's dtype):
   The *first* finding is the innermost flagged call that started first (forward order).
 * A precision finding whose input already lost its spread (a large offset added in half
   precision just before it) is blamed on that add (:mod:`~layerlab.mixed.offsets`).
+* The rows then tell the findings' story (:func:`retell`): a call whose finding is blamed on
+  another call's op (that add, a running sum that absorbed increments) or on rounding before it
+  ran is ``upstream`` (its output is off because its input was, not by its own computation), no
+  longer ``precision``; the call whose op is blamed carries ``precision``; ``inherited`` is then
+  worked out again from the calls that lost precision themselves.
 * **underflow** (float16 runs) — more than 1 % of a parameter gradient's norm is carried by
   elements that are small (below 2⁻¹⁴) in float32 and exactly 0 here.
 * **gradient** — a parameter gradient's error above ``tol.grad``: a warning naming it (the
@@ -79,6 +84,7 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     by_order = {c.order: k for k, c in run.calls.items()}
     sizes = _sizes(ref, run, by_order)
     context = dict(modules=modules, sizes=sizes)
+    moved: List[tuple] = []  # (row key, key of the call whose op is blamed, or None: before it ran)
     for row in blamed[:1 + MORE_FINDINGS]:
         key: Key = (row.path, row.call)
         library = ref.calls[key].library
@@ -98,6 +104,9 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
                 "; its inputs were exact"
             message = (f"{row.label} ({row.class_name}) loses precision in {label}: output error "
                        f"{_eps(row.error, tol)} > {tol.output:.2g}{inherited}")
+            # the same numbers, said of a call whose error was made before it (upstream, see retell)
+            shown = (f"{row.label} ({row.class_name}) shows it in {label}, not of its own making: output error "
+                     f"{_eps(row.error, tol)} > {tol.output:.2g}{inherited}")
             kind = "precision"
             # a cancellation whose large operand a module call made: if that call's own adds rounded
             # small increments away, the information was lost there, not in the subtraction
@@ -107,23 +116,28 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
                 if lost is not None:
                     cause, where = lost, maker[0] or "(root)"
                     message = (f"{where} ({ref.calls[maker].class_name}) rounds away what {row.label} needs: "
-                               f"{message}")
+                               f"{shown}")
+                    moved.append((key, maker))
             # its input's spread was gone before it ran: blame the op that rounded it away (only where
             # the call's own ops explain nothing more specific than a variance or a cancellation)
             if (cause is None or cause.what in ("variance", "cancellation")) and where == row.label:
                 lost = offsets.explain(key, row.class_name, ref, run, tol, device_type)
                 if lost is not None:
                     cause, maker = lost
+                    moved.append((key, maker if maker != key else None))
                     if maker is not None and maker != key:
                         where = maker[0] or "(root)"
                         message = (f"{where} ({ref.calls[maker].class_name}) rounds away the spread of "
-                                   f"{row.label}'s input: {message}")
+                                   f"{row.label}'s input: {shown}")
+                    else:
+                        message = f"the spread of {row.label}'s input was lost before it ran: {shown}"
         overflowed = overflowed or (cause is not None and cause.what == "overflow")
         out.append(Finding(severity="error", kind=kind, where=where, message=message,
                            cause=cause.text if cause else "I can't tell which op: it is not one the rules "
                                                             "know (see the ops column)",
                            fix=cause.fix if cause else causes.unexplained_fix(device_type),
                            source=cause.source if cause else None, run=label))
+    retell(rows, moved, ref)
     if len(blamed) > 1 + MORE_FINDINGS:
         out.append(Finding(severity="info", kind="precision", where="", run=label,
                            message=f"{len(blamed) - 1 - MORE_FINDINGS} more module call(s) flagged (see the table)"))
@@ -136,6 +150,47 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
                                    "yet no single module adds it: it grows module by module",
                            fix="run the largest-error modules in float32 to see which ones matter"))
     return out
+
+
+#: flags that say a call's own computation went wrong (``upstream`` and ``inherited`` say it did not)
+OWN = ("precision", "non-finite")
+
+
+def retell(rows: List[ModuleRow], moved: List[tuple], ref: RunResult) -> None:
+    """Make the rows say what the findings say. ``moved``: ``(key, maker)`` for each finding blamed
+    away from its call — on ``maker``'s own op, or (``maker`` ``None``) on rounding before the call ran.
+    The call becomes ``upstream``; ``maker`` carries ``precision``; ``inherited`` is recomputed."""
+    if not moved:
+        return
+    by_key = {(r.path, r.call): r for r in rows}
+    makers = set()
+    for key, maker in moved:
+        # the call, and the calls around it up to the maker: their output error is the same loss, seen
+        # through them (a relative input error cannot show a lost spread, so flag() took it for theirs)
+        above = set()  # the maker and the calls around it (it may be a sibling: a running sum's module)
+        at = maker
+        while at is not None and at in ref.calls:
+            above.add(at)
+            at = ref.calls[at].parent
+        chain, at = [key], ref.calls[key].parent if key in ref.calls else None
+        while at is not None and at not in above and at in ref.calls:
+            chain.append(at)
+            at = ref.calls[at].parent
+        for i, k in enumerate(chain):
+            row = by_key.get(k)
+            if row is not None and (i == 0 or "precision" in row.flags):
+                row.flags = [f for f in row.flags if f not in ("precision", "inherited")] + ["upstream"]
+        if maker is not None and maker in by_key:
+            makers.add(maker)
+            mine = by_key[maker]
+            if "precision" not in mine.flags:
+                mine.flags.insert(0, "precision")
+    own = [(r.path, r.call) for r in rows if any(f in OWN for f in r.flags)]
+    outer = set(own) - set(innermost(own, ref))
+    for key, row in by_key.items():
+        row.flags = [f for f in row.flags if f != "inherited"]
+        if key in outer and key not in makers:  # a blamed maker keeps its blame, whatever it contains
+            row.flags.append("inherited")
 
 
 def _sizes(ref: RunResult, run: RunResult, by_order: Dict[int, Key]) -> magnitude.Sizes:

@@ -14,8 +14,11 @@ When the offset is :data:`~layerlab.mixed.causes.CANCELLED` times the spread or 
 centred error is already above the output bar, the spread was lost before the call. The op that
 made the input is looked for among the parent call's own ops that ran just before the call, with
 no module call in between (an add/sub in half precision with a float32 ``max |x|`` matching the
-input's); found, it is blamed with its ``file:line``; not found, the finding says what it measured
-and names no op (for the model's own input: the cast rounded it).
+input's); found, it is blamed with its ``file:line``. Where the parent ran none of its own ops before
+the call and handed it its own input unchanged (``block.ln(x)`` first thing in ``block.forward``), the
+search goes on in the grandparent, before the parent's call, and so up the calls: the add that made a
+residual stream two modules up is found. Not found, the finding says what it measured and names no op
+(for the model's own input: the cast rounded it).
 """
 
 from __future__ import annotations
@@ -69,6 +72,32 @@ def lost_spread(ref_inputs: List[Seen], half_inputs: List[Seen], tol: Tolerance)
     return None
 
 
+def _passed_down(key: Key, ref: RunResult, run: RunResult, seen: Seen) -> bool:
+    """The parent of ``key`` received ``seen``'s values itself (the same kept sample, in both runs)."""
+    parent = ref.calls[key].parent
+    if parent is None or parent not in run.calls:
+        return False
+    mine = run.calls[key].inputs
+    index = next((i for i, s in enumerate(ref.calls[key].inputs) if s is seen), None)
+    if index is None or index >= len(mine):
+        return False
+    for r, h in zip(ref.calls[parent].inputs, run.calls[parent].inputs):
+        if r.numel == seen.numel and r.sample.shape == seen.sample.shape and torch.equal(r.sample, seen.sample) \
+                and h.sample.shape == mine[index].sample.shape and torch.equal(h.sample, mine[index].sample):
+            return True
+    return False
+
+
+def _source(key: Key, ref: RunResult, run: RunResult, seen: Seen) -> Key:
+    """The outermost call that received ``seen``'s values unchanged from its caller's input (``key`` itself
+    when its parent made them)."""
+    while _passed_down(key, ref, run, seen):
+        parent = ref.calls[key].parent
+        seen = next(s for s in ref.calls[parent].inputs if s.numel == seen.numel and torch.equal(s.sample, seen.sample))
+        key = parent
+    return key
+
+
 def _maker(key: Key, ref: RunResult, run: RunResult, numel: int, amax: float) -> Optional[OpSeen]:
     """The parent call's last half-precision add/sub before ``key`` started whose output has the
     input's size and, in float32, its ``max |x|`` (the sample's max is at most the tensor's)."""
@@ -101,13 +130,14 @@ def explain(key: Key, class_name: str, ref: RunResult, run: RunResult, tol: Tole
     if lost is None:
         return None
     seen = ref.calls[key].inputs[lost.index]
-    op = _maker(key, ref, run, seen.numel, lost.amax)
+    top = _source(key, ref, run, seen)  # the values may have come down unchanged from further up
+    op = _maker(top, ref, run, seen.numel, lost.amax)
     name = f"{key[0] or '(root)'} ({class_name})"
     measured = (f"its input is a large offset (|x| up to {lost.amax:.3g}) {lost.offset:.3g}× bigger than the "
                 f"spread around it, and that spread is off by {lost.error:.2g} already on the way in")
     same = ("; the norm after it subtracts the mean anyway, so without the offset the model computes the same "
             "thing" if class_name in SHIFT_INVARIANT else "")
-    if op is None and ref.calls[key].parent is None and run.setting.kind == "cast":  # the cast rounded it
+    if op is None and ref.calls[top].parent is None and run.setting.kind == "cast":  # the cast rounded it
         return causes.Cause(
             "swamped", f"{measured}: the model's input was rounded at the offset's magnitude when it was cast to "
             f"{run.setting.dtype}, before {name} ran", "subtract the offset from the input in float32 before "

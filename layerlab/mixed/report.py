@@ -33,8 +33,10 @@ class ModuleRow:
         finite: every output finite in this run.
         ops: the ops the module's own code ran (not torch.nn's internals), grouped by the dtype
             they returned in this run: ``["bfloat16: add mean pow"]``.
-        flags: ``precision`` (lost precision here), ``non-finite``, ``overflow`` (non-finite where
-            float32 exceeds the dtype's range), ``inherited`` (a child lost it).
+        flags: ``precision`` (lost precision here: its own code did), ``non-finite``, ``overflow``
+            (non-finite where float32 exceeds the dtype's range), ``inherited`` (a child lost it),
+            ``upstream`` (its output is off only because its input already was: the finding names
+            the op before it, or says it was lost before it ran).
     """
 
     path: str
