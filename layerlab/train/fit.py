@@ -34,7 +34,7 @@ from typing import List, Optional, Tuple
 
 from layerlab.train.report import FitVerdict
 
-__all__ = ["EXPECTED", "MIN_FALL", "MIN_SLOW", "STEADY", "judge"]
+__all__ = ["EXPECTED", "MIN_FALL", "MIN_SLOW", "STEADY", "judge", "clause"]
 
 EXPECTED = 10.0
 MIN_FALL = 0.10
@@ -122,3 +122,14 @@ def _above_floor(initial: float, final: float, floor: Tuple[float, str], n: int
 
 def _x(factor: float) -> str:
     return f"{factor:.3g}×" if math.isfinite(factor) else "to 0"
+
+
+def clause(message: str, sep: str = "; ") -> str:
+    """The part of a verdict's ``message`` before its first ``sep`` outside parentheses: a fall above a
+    floor carries ``(initial → final; why the floor)``, whose own ``; `` and ``: `` belong to it."""
+    depth = 0
+    for i, ch in enumerate(message):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and message.startswith(sep, i):
+            return message[:i]
+    return message

@@ -8,15 +8,19 @@ computed with the user's own loss, at the prediction that attains it — the tar
 * ``BCELoss`` / ``F.binary_cross_entropy``: ``loss(t, t)`` = the entropy of the targets;
 * ``BCEWithLogitsLoss`` / ``F.binary_cross_entropy_with_logits`` (no ``pos_weight``): ``loss(logit(t), t)``
   (label-smoothed targets 0.05/0.95: the floor is their entropy, 0.199 nats);
-* ``cross_entropy`` with class-probability targets (no ``label_smoothing``): ``loss(log t, t)`` = the
-  targets' entropy (``log 0`` taken as -1e4: its share of the softmax is exactly 0 in float32/64);
-* element-wise losses (mse, L1, smooth L1, Huber) and class-index targets: 0 — no adjustment.
+* ``cross_entropy`` (``F.cross_entropy``, ``nn.CrossEntropyLoss`` with any ``weight``, ``label_smoothing``,
+  ``ignore_index``), class indices or class probabilities: ``loss(log p*, t)`` at the exact minimiser
+  ``p*`` (:mod:`~.ce_floor`): the smoothed target's entropy without weights (``label_smoothing=0.1`` over
+  10 classes: 0.5003 nats; hard class indices without smoothing: 0, no adjustment), ``log 0`` taken
+  as -1e4 (its share of the softmax is exactly 0 in float32/64); the class count ``C`` is read from
+  the prediction's shape, so class indices need it (``shape``);
+* element-wise losses (mse, L1, smooth L1, Huber): 0 — no adjustment.
 
 When every sample of the batch has the same input (:mod:`~.constant_output`), the prediction is the
 same for every sample and the floor is that of the best *constant* prediction: the target's mean over
 the batch for mse (the floor is then the variance of the target rows) and for the soft cross-entropies
-(``mean(t)`` is their minimiser too). L1/Huber's best constant is not the mean, and class-index targets
-need the class dim: no floor is claimed there.
+(``mean(t)`` is their minimiser too; a cross-entropy's is its summed coefficients, :mod:`~.ce_floor`).
+L1/Huber's best constant is not the mean: no floor is claimed there.
 
 :func:`layerlab.train.fit.judge` then measures the fall *above* the floor:
 ``(initial − floor) / (final − floor)``. ``None`` means no exact floor is known (a loss of the user's
@@ -26,11 +30,13 @@ own, a weighted loss): the plain fall is judged, as before.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from layerlab.train import ce_floor
 
 __all__ = ["exact_floor", "constant_floor"]
 
@@ -49,8 +55,7 @@ def _kind(objective: Any) -> Optional[str]:
     if fn is F.binary_cross_entropy_with_logits or (isinstance(fn, nn.BCEWithLogitsLoss) and fn.weight is None
                                                     and fn.pos_weight is None):
         return "bce_logits"
-    if fn is F.cross_entropy or (
-            isinstance(fn, nn.CrossEntropyLoss) and fn.weight is None and fn.label_smoothing == 0):
+    if ce_floor.settings(fn) is not None:
         return "ce"
     return None
 
@@ -67,8 +72,13 @@ def _as_logits(kind: str, p: torch.Tensor) -> torch.Tensor:
 def _value(objective: Any, kind: str, best: torch.Tensor) -> Optional[float]:
     fn: Callable = objective.fn
     target = objective.target
+    logits = _as_logits(kind, best)
+    if kind == "ce":  # the dtype torch wants beside the target (probabilities) or the class weights
+        weight = ce_floor.settings(fn)["weight"]
+        dtype = target.dtype if target.is_floating_point() else weight.dtype if weight is not None else torch.float64
+        logits = logits.to(dtype=dtype, device=target.device)
     with torch.no_grad():
-        value = float(fn(_as_logits(kind, best), target))
+        value = float(fn(logits, target))
     return value if math.isfinite(value) and value >= 0 else None
 
 
@@ -85,9 +95,12 @@ def _soft(objective: Any, kind: str) -> bool:
     return True
 
 
-def exact_floor(objective: Any) -> Optional[Tuple[float, str]]:
-    """``(floor, why)`` when the target alone puts the loss's minimum above 0, else ``None``."""
+def exact_floor(objective: Any, shape: Optional[Sequence[int]] = None) -> Optional[Tuple[float, str]]:
+    """``(floor, why)`` when the target alone puts the loss's minimum above 0, else ``None``.
+    ``shape``: the prediction's (a cross-entropy's class count is its class dim)."""
     kind = _kind(objective)
+    if kind == "ce":
+        return _ce(objective, shape, constant=False)
     if kind in (None, "elementwise") or not _soft(objective, kind):
         return None
     target = objective.target.detach()
@@ -97,9 +110,11 @@ def exact_floor(objective: Any) -> Optional[Tuple[float, str]]:
     return floor, f"the target's own loss, {floor:.4g} (its entropy: the targets are soft), is the floor"
 
 
-def constant_floor(objective: Any) -> Optional[Tuple[float, str]]:
+def constant_floor(objective: Any, shape: Optional[Sequence[int]] = None) -> Optional[Tuple[float, str]]:
     """``(floor, why)`` for a prediction that is the same for every sample: the loss at the target's mean."""
     kind = _kind(objective)
+    if kind == "ce":
+        return _ce(objective, shape, constant=True)
     target = getattr(objective, "target", None)
     fn = getattr(objective, "fn", None)
     if kind is None or fn is None or not isinstance(target, torch.Tensor) or target.dim() == 0 \
@@ -111,8 +126,6 @@ def constant_floor(objective: Any) -> Optional[Tuple[float, str]]:
         rows = target.detach()
         floor = _value(objective, kind, rows.mean(0, keepdim=True).expand_as(rows))
         what = "the variance of the target rows"
-    elif kind == "ce" and not target.is_floating_point():
-        return None  # class indices: the frequencies, but the class dim must be known; not claimed
     elif not _soft(objective, kind):
         return None
     else:
@@ -123,3 +136,31 @@ def constant_floor(objective: Any) -> Optional[Tuple[float, str]]:
         return None
     return floor, (f"every sample has the same input, so the best prediction is the target's mean: "
                    f"{what}, {floor:.4g}, is the floor")
+
+
+def _ce(objective: Any, shape: Optional[Sequence[int]], constant: bool) -> Optional[Tuple[float, str]]:
+    """A cross-entropy's floor at its exact minimiser (:mod:`~.ce_floor`)."""
+    target = getattr(objective, "target", None)
+    if not isinstance(target, torch.Tensor) or target.numel() == 0:
+        return None
+    if shape is None and target.is_floating_point():
+        shape = tuple(target.shape)  # class probabilities have the prediction's shape
+    if shape is None or (constant and (len(shape) < 2 or shape[0] < 2)):
+        return None
+    if target.is_floating_point() and not _soft(objective, "ce"):
+        return None
+    a = ce_floor.coefficients(objective.fn, target, shape)
+    best = ce_floor.best(a, shape, constant=constant) if a is not None else None
+    floor = _value(objective, "ce", best) if best is not None else None
+    if floor is None or floor <= 1e-12:
+        return None  # hard class indices, no smoothing: the floor is 0, nothing to adjust
+    given = ce_floor.settings(objective.fn)
+    parts = [f"label_smoothing={given['label_smoothing']:g} over {shape[1 if len(shape) >= 2 else 0]} classes"
+             if given["label_smoothing"] else "", "class weights" if given["weight"] is not None else "",
+             "soft targets" if target.is_floating_point() else ""]
+    made = ", ".join(p for p in parts if p)
+    if constant:
+        return floor, (f"every sample has the same input, so the best prediction is one distribution for all: "
+                       f"its loss, {floor:.4g} ({made}), is the floor")
+    return floor, (f"the loss of the best possible prediction (softmax = the {'smoothed ' if given['label_smoothing'] else ''}"
+                   f"target{', weighted' if given['weight'] is not None else ''}), {floor:.4g} ({made}), is the floor")

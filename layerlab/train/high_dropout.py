@@ -24,6 +24,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch.nn as nn
 
 from layerlab.errors import Problem
+from layerlab.train import fit
 from layerlab.train.report import FitVerdict
 
 __all__ = ["HIGH_P", "high", "dropout_off", "findings"]
@@ -54,12 +55,12 @@ def findings(model: nn.Module, verdict: FitVerdict, again: Optional[Callable[...
     if result is None:
         return None
     named = _and([f"{path} (p={p:g})" for path, p in found])
-    head = verdict.message.split("; ")[0]  # "fell 3.55× in 50 steps" without the "more steps" advice
+    head = fit.clause(verdict.message)  # "fell 3.55× in 50 steps" without the "more steps" advice
     if result.verdict.verdict != "overfits":
         verdict.message += (f"; replayed with the dropout modules off it does not overfit either "
                             f"({result.verdict.message}), so dropout at {named} alone is not what keeps it short")
         return None
-    fell = result.verdict.message.split(": ")[0]  # "fell 150× in 50 steps"
+    fell = fit.clause(result.verdict.message, ": ")  # "fell 150× in 50 steps"
     keeps = "is what keeps" if len(found) == 1 else "are what keep"
     verdict.message = (f"{head} in train mode; with the dropout modules off the same run {fell}: "
                        f"the model can fit the batch, dropout {named} {keeps} the loss up (see dropout-high)")

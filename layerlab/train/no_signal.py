@@ -132,9 +132,10 @@ def all_padding(model: torch.nn.Module, positional: list, keyword: Dict[str, Any
         for h in handles:
             h.remove()
     constant = all(same) if same and len(same) >= 2 else None  # None: no per-sample prediction was compared
-    # learning from other inputs: it overfits, or it falls while the samples' predictions differ (a constant
-    # prediction that falls is only fitting the target's mean through a bias)
-    learns = verdict == "overfits" or (verdict in ("falls", "slow") and constant is not True)
+    # learning from other inputs: it overfits, falls or learns slowly while the samples' predictions differ (a
+    # constant prediction that falls, or "overfits" down to the best constant's floor, only fits the target's
+    # mean through a bias)
+    learns = verdict in ("overfits", "falls", "slow") and constant is not True
     for f in hits:
         if seen.get(f.where):
             pad = paths[f.where].padding_idx

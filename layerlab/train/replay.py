@@ -6,7 +6,10 @@ what *would* happen without that cause. Rather than assert it from a rule of thu
 replays the run — same initial weights (a snapshot taken before the first step), same batch, same
 optimizer settings, same seed, same number of steps — on a fresh copy with that one thing changed
 (the dropout modules off, the loss divided by the count it sums over) and judges the new curve with
-the same :func:`layerlab.train.fit.judge`. The finding then reports what the replay measured.
+the same :func:`layerlab.train.fit.judge`, above the same floor (:mod:`~layerlab.train.floor`: soft
+targets, label smoothing), scaled as the loss is (a loss divided by N has its floor divided by N): judged
+without it, a replay that reached the floor would read "short of 10×" and a working fix "did not help".
+The finding then reports what the replay measured.
 
 A replay costs one more run of the check's steps, so it is only made when a finding needs it, and
 the snapshot is only taken when one may: a model with high dropout, an optimizer whose step scales
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -26,7 +29,7 @@ from layerlab.target.copying import copy_model
 from layerlab.train import fit
 from layerlab.train.report import FitVerdict
 
-__all__ = ["snapshot", "Replay", "replay"]
+__all__ = ["snapshot", "Replay", "replay", "with_floor"]
 
 
 def snapshot(model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -49,7 +52,8 @@ class Replay:
 def replay(trained: nn.Module, initial: Dict[str, torch.Tensor], positional: list, keyword: Dict[str, Any],
            loss: Callable[[Any], torch.Tensor], make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
            steps: int, seed: int, target_values: Optional[int],
-           change: Optional[Callable[[nn.Module], None]] = None) -> Optional[Replay]:
+           change: Optional[Callable[[nn.Module], None]] = None,
+           floor: Optional[Tuple[float, str]] = None) -> Optional[Replay]:
     """Run ``steps`` steps of ``loss`` on a copy of ``trained`` reset to ``initial``, after ``change(copy)``.
 
     Args:
@@ -58,6 +62,7 @@ def replay(trained: nn.Module, initial: Dict[str, torch.Tensor], positional: lis
         loss (callable): ``loss(output) -> scalar`` (the check's objective, possibly changed).
         make_optimizer (callable): builds the check's optimizer, with its settings, on the copy.
         change (callable, optional): what to change on the copy before the run (dropout off).
+        floor (tuple, optional): ``(value, why)``, the exact minimum of ``loss`` (:func:`fit.judge`'s ``floor``).
 
     Returns:
         Replay or None: ``None`` when the replay raised (it then shows nothing).
@@ -83,4 +88,18 @@ def replay(trained: nn.Module, initial: Dict[str, torch.Tensor], positional: lis
     except Exception:  # noqa: BLE001 - a replay that cannot run is no evidence either way
         return None
     stopped = not math.isfinite(losses[-1]) if losses else True
-    return Replay(losses, fit.judge(losses, steps, trainable, target_values, stopped=stopped))
+    return Replay(losses, fit.judge(losses, steps, trainable, target_values, stopped=stopped, floor=floor))
+
+
+def with_floor(again: Optional[Callable[..., Any]], floor: Optional[Tuple[float, str]]) -> Optional[Callable[..., Any]]:
+    """``again(scale=None, change=None)`` judged above the main run's ``floor``; a loss replayed as
+    ``scale(loss)`` has its floor at ``scale(floor)`` (every scale a replay uses is positive and linear)."""
+    if again is None or floor is None:
+        return again
+
+    def judged(scale=None, change=None):
+        if scale is None:
+            return again(scale, change, floor=floor)
+        value = float(scale(torch.tensor(floor[0], dtype=torch.float64)))
+        return again(scale, change, floor=(value, f"{floor[1]}; scaled as the loss is, {value:.4g}"))
+    return judged

@@ -164,15 +164,16 @@ def _train_target(built: Any, *, loss: Any, target: Any, output: Any, steps: Opt
 
 
 def _replayer(model, initial, positional, keyword, objective, steps, seed, make_optimizer):
-    """``again(scale=None, change=None)``: the run replayed from ``initial`` with the loss scaled by
-    ``scale(value)`` or the model changed by ``change(copy)`` (``None`` without a snapshot)."""
+    """``again(scale=None, change=None, floor=None)``: the run replayed from ``initial`` with the loss scaled by
+    ``scale(value)`` or the model changed by ``change(copy)``, judged above ``floor`` (``None`` without a snapshot)."""
     if initial is None or objective is None:
         return None
     values = objective.target.numel() if objective.target is not None else None
 
-    def again(scale=None, change=None):
+    def again(scale=None, change=None, floor=None):
         loss = objective if scale is None else (lambda out: scale(objective(out)))
-        return replay.replay(model, initial, positional, keyword, loss, make_optimizer, steps, seed, values, change)
+        return replay.replay(model, initial, positional, keyword, loss, make_optimizer, steps, seed, values, change,
+                             floor)
     return again
 
 
@@ -203,6 +204,7 @@ class _Run:
         self.identity = recreated.identities(model)  # parameter objects: a forward may replace one
         self.floor = None  # why the default random target is out of the prediction's reach (output_range.py)
         self.same: List[bool] = []  # the prediction equal for every sample, at the first and the last step
+        self.shape = None  # the prediction's shape (a cross-entropy's class count, for its floor: floor.py)
 
     def go(self, make_objective: Callable[[Any], L.Objective]) -> L.Objective:
         objective = None
@@ -224,6 +226,7 @@ class _Run:
                                                     self.watch.made_by)
                     self.early += [wrong_input] if wrong_input is not None else []
                     pred, first = L.select(out, objective.output_path), float(value.detach())
+                    self.shape = tuple(pred.shape)
                     self.early += recreated.findings(self.model, self.identity) + output_range.findings(
                         objective, pred, first, self.watch.made_by)
                     self.floor = output_range.default_target_floor(objective, pred, first, self.watch.made_by)
@@ -296,8 +299,9 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         all(run.same) and objective.target.dim() > 0 and \
         constant_output.same_inputs([*positional, *keyword.values()], objective.target.shape[0])
     # the loss's exact minimum given its target (soft targets; a constant prediction): judged above it
-    lowest = (floor.constant_floor(objective) if equal_inputs else None) or \
-        (floor.exact_floor(objective) if objective is not None else None)
+    lowest = (floor.constant_floor(objective, run.shape) if equal_inputs else None) or \
+        (floor.exact_floor(objective, run.shape) if objective is not None else None)
+    again = replay.with_floor(again, lowest)  # a replay is judged above the same floor as this run
     verdict = fit.judge(run.losses, steps, trainable, target_values, stopped=run.nonfinite is not None,
                         floor=lowest)
     if run.floor is not None and verdict.verdict in ("falls", "slow"):  # "more steps will get there" is wrong
