@@ -85,17 +85,21 @@ def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unuse
         missing = sorted(entry["unused_on"])
         label = f"{owner or '(root)'} ({cls})"
         if len(missing) == world:
-            why = ("its forward never ran" if not ran_on else
-                   f"its forward ran (ranks {_ranks(ran_on)}) but these parameters never reached the loss")
+            # a forward that ran without its parameters reaching the loss was cut from the graph on the way
+            why, cause, change = (
+                ("its forward never ran", "a module built in __init__ but not used in forward",
+                 "remove or freeze the module (requires_grad_(False))") if not ran_on else
+                (f"its forward ran (ranks {_ranks(ran_on)}) but these parameters never reached the loss",
+                 "its output is cut from the graph before the loss (.detach(), torch.no_grad(), .data, .item()) "
+                 "or not used by the loss",
+                 "remove the detach / no_grad if it should train, or freeze it (requires_grad_(False)) if not"))
             out.append(Finding(
                 "unused", "info" if find_unused else "error", "unused parameters",
                 f"{', '.join(entry['params'])} of {label} got no gradient on any rank: {why}",
-                where=[owner, *entry["params"]],
-                cause="a module built in __init__ but not used in forward (or its output not used by the loss)",
+                where=[owner, *entry["params"]], cause=cause,
                 fix=("find_unused_parameters=True is set: DDP copes, at the cost of a graph traversal per step"
                      if find_unused else "DDP raises 'Expected to have finished reduction in the prior iteration' at "
-                     "the next step: remove or freeze the module (requires_grad_(False)), or pass "
-                     "find_unused_parameters=True")))
+                     f"the next step: {change}, or pass find_unused_parameters=True")))
         elif _follows_data(entry["params"], missing, world, single_shards):
             used = [r for r in range(world) if r not in missing]
             out.append(Finding(

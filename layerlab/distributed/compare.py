@@ -242,12 +242,19 @@ def gradient_findings(module: nn.Module, single: Any, results: List[Dict[str, An
             fix="nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP (CUDA/NCCL) for whole-batch statistics; "
                 "or keep per-rank statistics knowingly (common with large per-GPU batches)"))
     if single.stochastic:
+        dropouts = _dropouts_in_train(module)
+        if dropouts:  # name what draws; anything else (torch.randn in a forward) is only "random numbers"
+            cause = f"dropout in train mode ({_names(dropouts)})"
+            fix = "check in eval mode (--mode eval) or with dropout p=0; in training seed ranks so masks differ"
+        else:
+            cause = "random numbers drawn in the forward (torch.randn, rand, bernoulli, … — no nn.Dropout here)"
+            fix = ("check with the random draw switched off (eval mode, or a flag); in training seed ranks so their "
+                   "draws differ")
         causes.append(Finding(
             "gradients", "warning", "random draws in the step",
-            f"{seen}. The step draws random numbers (two seeds give two gradients: dropout or similar): one process "
-            "on the whole batch and the ranks on their shards draw different masks, so their gradients cannot be "
-            "compared", where=where, cause="dropout RNG",
-            fix="check in eval mode (--mode eval) or with dropout p=0; in training seed ranks so masks differ"))
+            f"{seen}. The step draws random numbers (two seeds give two gradients): one process on the whole batch "
+            "and the ranks on their shards draw different numbers, so their gradients cannot be compared",
+            where=where, cause=cause, fix=fix))
     if causes:
         return out + causes
     out.append(Finding(
@@ -268,6 +275,12 @@ def _batch_decided_branch(single: Any) -> List[str]:
     for shard in single.shards:
         odd |= full ^ set(shard.ran)
     return sorted(odd)
+
+
+def _dropouts_in_train(module: nn.Module) -> List[str]:
+    """nn.Dropout-family layers that draw masks here (train mode, p > 0)."""
+    return [name or type(m).__name__ for name, m in module.named_modules()
+            if isinstance(m, (nn.modules.dropout._DropoutNd, nn.AlphaDropout)) and m.training and m.p > 0]
 
 
 def _batchnorms_in_train(module: nn.Module) -> List[str]:

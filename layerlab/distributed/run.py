@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from layerlab.distributed.options import DdpOptions, check_nproc, check_timeout
-from layerlab.errors import UsageError
+from layerlab.errors import CheckFailed, UsageError
 
 __all__ = ["ddp_check", "check_target", "SpecBuild"]
 
@@ -111,6 +111,7 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
     else:
         raise UsageError(f"ddp_check takes an nn.Module, a factory or a spec path, got {type(model).__name__}",
                          where="model")
+    refuse_lazy(module)
     target = from_module(module, *inputs, seed=seed, batch_dims=batch_dims, name=name, **kwargs)
     _check_picklable(build if build is not None else module)
     return check_target(target, build, DdpOptions().with_(**given), allow_import=allow_import)
@@ -125,6 +126,24 @@ def _refuse_in_a_starting_rank() -> None:
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a child bootstraps
         sys.exit("error: layerlab.ddp_check was called while a rank imported the main script: put the call under "
                  "if __name__ == '__main__':")
+
+
+def refuse_lazy(module: torch.nn.Module) -> None:
+    """A Lazy* module (weights sized by the first forward) fails DDP's constructor, as it would in training:
+    say so with the module's path and the fix, before any copy of the model touches its unsized weights."""
+    from torch.nn.parameter import is_lazy
+
+    lazy = [name or "(root)" for name, m in module.named_modules()
+            if any(is_lazy(t) for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)])]
+    if lazy:
+        named = dict(module.named_modules())
+        shown = ", ".join(f"{n} ({type(named.get(n if n != '(root)' else '')).__name__})" for n in lazy[:4])
+        raise CheckFailed(f"DistributedDataParallel(model) raises on this model: {shown} "
+                          f"{'has' if len(lazy) == 1 else 'have'} uninitialized (lazy) parameters, and DDP must "
+                          "know every parameter's size when it is built (torch: \"Modules with uninitialized "
+                          "parameters can't be used with `DistributedDataParallel`\")", where=lazy[0],
+                          hint="run one forward on a dummy batch before wrapping the model in DDP (and before "
+                               "building the optimizer), or give the layer its input size (nn.Linear(in, out))")
 
 
 def _check_picklable(obj: Any) -> None:
@@ -180,6 +199,7 @@ def _check(target: Any, build: Optional[Callable[[], torch.nn.Module]], options:
     torch.set_num_threads(threads)
     check_timeout(options.timeout, "timeout")
     module = target.module
+    refuse_lazy(module)
     device = _device(module, world, env)
     the_plan = plan(module, target.args, target.batch_dims, world)
     if options.loss is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, Dict, List
 
 import torch
 
@@ -50,8 +50,11 @@ def run_single(module: torch.nn.Module, args: List[Arg], plan: BatchPlan, loss: 
         torch.manual_seed(seed)
         loss.expect_shard(fresh()(*[a.value for a in first if not a.keyword],
                                   **{a.name: a.value for a in first if a.keyword}), world)
+    whole = fresh()
+    known = _tensor_names(whole)
     with _blame("on the whole batch"):
-        full = one_step(fresh(), args, loss, seed=seed, rank=None, world=world, before_loss=loss.observe)
+        full = one_step(whole, args, loss, seed=seed, rank=None, world=world, before_loss=loss.observe)
+    _refuse_created_in_forward(whole, known)
     shards = []
     for r in range(world):
         with _blame(f"on shard {r} of {world}"):
@@ -60,6 +63,35 @@ def run_single(module: torch.nn.Module, args: List[Arg], plan: BatchPlan, loss: 
         again = one_step(fresh(), first, loss, seed=seed + 1, rank=0, world=world)
     stochastic = any(not _same(again.grads[k], shards[0].grads[k]) for k in again.grads)
     return SingleRuns(full=full, shards=shards, stochastic=stochastic, seconds=time.perf_counter() - t0)
+
+
+def _tensor_names(module: torch.nn.Module) -> Dict[str, str]:
+    """Every registered parameter's and buffer's name → which of the two it is."""
+    return {**{n: "buffer" for n, _ in module.named_buffers()}, **{n: "parameter" for n, _ in module.named_parameters()}}
+
+
+def _refuse_created_in_forward(module: torch.nn.Module, known: Dict[str, str]) -> None:
+    """A parameter (or buffer) the forward registers did not exist when DDP was built: DDP never
+    all-reduces its gradient (each rank keeps its own, so the ranks drift apart) nor broadcasts it, and an
+    optimizer built before the first step never updates it. Checking the DDP step further would wrap a
+    model that already has it, and so hide the bug: stop here with the names."""
+    created = {n: kind for n, kind in _tensor_names(module).items() if n not in known}
+    if not created:
+        return
+    names = list(created)
+    shown = ", ".join(f"{n} ({created[n]})" for n in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4
+                                                                  else "")
+    kinds = set(created.values())
+    missed = " and ".join(([] if "parameter" not in kinds else ["never all-reduces their gradients (every rank "
+                                                                "keeps its own and the replicas drift apart)"]) +
+                          ([] if "buffer" not in kinds else ["never broadcasts the buffers"]))
+    raise CheckFailed(f"the forward registers new tensors: {shown}. DistributedDataParallel only knows the "
+                      f"parameters and buffers that exist when it wraps the model, so it {missed}"
+                      + (", and an optimizer built before the first step never updates them" if "parameter" in kinds
+                         else ""),
+                      where=names[0],
+                      hint="create them in __init__ (nn.Parameter / register_buffer with their final shape), or "
+                           "use a Lazy module and run one forward on a dummy batch before wrapping the model in DDP")
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -130,8 +130,8 @@ def as_result(record: Any) -> Dict[str, Any]:
             "outputs": [[o.path, o.dtype, o.shape] for o in record.outputs]}
 
 
-#: frames in these folders are torch's or this package's, not the user's model
-_NOT_USER = (os.sep + "torch" + os.sep, os.sep + "layerlab" + os.sep + "distributed" + os.sep,
+#: frames in these folders are torch's or layerlab's (building a spec runs the model too), not the user's model
+_NOT_USER = (os.sep + "torch" + os.sep, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
              os.sep + "multiprocessing" + os.sep, os.sep + "threading.py", os.sep + "runpy.py", "<string>", "<frozen")
 
 
