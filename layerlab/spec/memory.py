@@ -147,7 +147,9 @@ def _meta_model(build_meta: Callable[[], Any], dtype: str):
 
 
 def _param_bytes(module) -> int:
-    tensors = {id(t): t for t in [*module.parameters(), *module.buffers()]}
+    from torch.nn.parameter import is_lazy  # a Lazy* module's weights have no size before its first forward
+
+    tensors = {id(t): t for t in [*module.parameters(), *module.buffers()] if not is_lazy(t)}
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 

@@ -344,3 +344,18 @@ def test_the_memory_estimate_does_not_import_dynamo():
     out = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+LAZY = "block:\n  - LazyLinear: {out_features: 4}\n  - ReLU\ninput: {shape: [2, 7]}\n"
+
+
+def test_a_lazy_layer_passes_the_memory_guard_and_runs(cli):
+    """A Lazy* layer's weights have no size before its first forward: the memory estimate skips them
+    (it used to raise on them, a traceback in every command) and the run materialises them as torch does."""
+    code, out, err = cli("inspect", LAZY, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    lazy = torch.nn.LazyLinear(4)
+    lazy(torch.randn(2, 7))
+    assert report["total_params"] == sum(p.numel() for p in lazy.parameters()) == 32
+    assert report["outputs"][0]["shape"] == [2, 4]
