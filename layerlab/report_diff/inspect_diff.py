@@ -5,7 +5,9 @@ Module calls are aligned by ``(path, call number)``; parameters by name; warning
 ``(probe, path, call)``. For every call both reports ran, the outputs are compared (shape, dtype,
 statistics, gradient norm); its inputs are compared too, quietly, to find the *origins*: calls
 whose inputs are the same but whose outputs are not. A call's inputs are earlier calls' outputs,
-so each tensor is listed once, as the output of the call that made it.
+so each tensor is listed once, as the output of the call that made it. "The same" is judged on five
+statistics, which a transpose or shuffle keeps: where the tensors' provenance cannot back them up
+(:mod:`~layerlab.report_diff.provenance`), the call is not named and a note says why.
 
 Not compared: timings (they vary between identical runs), the op trace (``--ops``), the meta
 memory estimate, and the wording of messages.
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from layerlab.report_diff.collect import Collector
+from layerlab.report_diff.provenance import Provenance, inputs_trusted as _inputs_trusted
 
 _STATS = ("mean", "std", "min", "max", "zeros")
 
@@ -28,7 +31,9 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], col: Collector) -> Tuple[List[
     col.same("verdict", "(report)", "mode", a.get("mode"), b.get("mode"))
     inputs_differ = [name for name, ta, tb in _pair(_by_name(a.get("inputs")), _by_name(b.get("inputs")))
                      if tensor(col, "inputs", f"(model input) {name}", "input", ta, tb)]
-    origins = _calls(a.get("calls") or [], b.get("calls") or [], col)
+    origins, doubt_notes = _calls(a.get("calls") or [], b.get("calls") or [], col,
+                                  (a.get("params") or [], b.get("params") or []))
+    notes += doubt_notes
     if inputs_differ and not origins:  # every call may differ from the first: say why none is named
         notes.append(f"the model's inputs differ ({', '.join(inputs_differ)}), so the forward differs from its "
                      "first call on; no module is named as where it starts to differ")
@@ -77,12 +82,15 @@ def tensor(col: Collector, section: str, where: str, what: str, ta: Optional[dic
     return changed
 
 
-def _calls(calls_a: List[dict], calls_b: List[dict], col: Collector) -> List[str]:
+def _calls(calls_a: List[dict], calls_b: List[dict], col: Collector,
+           params: Tuple[List[dict], List[dict]]) -> Tuple[List[str], List[str]]:
     quiet = col.quietly()
     ka = {(c["path"], c["call"]): c for c in calls_a}
     kb = {(c["path"], c["call"]): c for c in calls_b}
     owner_a, owner_b = _slot_owners(calls_a), _slot_owners(calls_b)
-    candidates = []
+    prov_a, prov_b = Provenance(calls_a, quiet), Provenance(calls_b, quiet)
+    candidates: List[tuple] = []
+    doubts: Dict[tuple, str] = {}
     for key, ca, cb in _pair(ka, kb):
         label = _label(*key)
         if ca is None or cb is None:
@@ -98,11 +106,27 @@ def _calls(calls_a: List[dict], calls_b: List[dict], col: Collector) -> List[str
             # once, at the child; here it is only compared
             shown = _owns(owner_a, ca, ta) and _owns(owner_b, cb, tb)
             changed |= tensor(col if shown else quiet, "calls", label, "output" + name, ta, tb)
-        same_inputs = not any(tensor(quiet, "calls", label, "input", ta, tb)
-                              for _, ta, tb in _pair(_by_name(ca.get("inputs")), _by_name(cb.get("inputs"))))
-        if changed and same_inputs:
-            candidates.append(key)
-    return _innermost(candidates, calls_a)
+        inputs = list(_pair(_by_name(ca.get("inputs")), _by_name(cb.get("inputs"))))
+        same_inputs = not any(tensor(quiet, "calls", label, "input", ta, tb) for _, ta, tb in inputs)
+        if changed and same_inputs:  # equal statistics: trusted as equal tensors only where provenance allows
+            trusted, why = _inputs_trusted(prov_a, prov_b, inputs, ca, cb, params, quiet)
+            if trusted:
+                candidates.append(key)
+            else:
+                doubts[key] = why
+    origins = _innermost(candidates, calls_a)
+    return origins, _doubt_notes(doubts)
+
+
+def _doubt_notes(doubts: Dict[tuple, str]) -> List[str]:
+    """Say why a call whose outputs differ, with inputs that look the same, was not named."""
+    notes = []
+    for key, why in list(doubts.items())[:3]:
+        notes.append(f"{_label(*key)}: its outputs differ and its inputs look the same, but it is not named as where "
+                     f"the forward starts to differ: {why}")
+    if len(doubts) > 3:
+        notes.append(f"… and {len(doubts) - 3} more such calls")
+    return notes
 
 
 def _slot_owners(calls: List[dict]) -> Dict[int, int]:

@@ -34,9 +34,10 @@ def load(source: Any, label: str) -> Tuple[Dict[str, Any], str]:
     """``(the report as a JSON-ready dict, a name for it)``. ``label`` (``A``/``B``) names an object."""
     if isinstance(source, (str, Path)):
         return _read_file(Path(source)), str(source)
-    if isinstance(source, dict):
-        return _checked(source, label), label
     from layerlab.serialize import to_jsonable
+
+    if isinstance(source, dict):  # a --json file read back, or report.to_dict() (records still objects)
+        return _checked(to_jsonable(source), label), label
 
     if not callable(getattr(source, "to_dict", None)) and not hasattr(source, "__dataclass_fields__"):
         raise ReportError(f"{label} is a {type(source).__name__}, not a layerlab report", where=label,

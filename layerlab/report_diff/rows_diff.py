@@ -62,7 +62,7 @@ def profile(a: Dict[str, Any], b: Dict[str, Any], col: Collector) -> List[str]:
         col.same("calls", label, "class", x.get("class_name"), y.get("class_name"))
         for key in _PROFILE_NUMBERS:
             col.number("calls", label, key.replace("_", " "), x.get(key), y.get(key))
-    return ["profile times are not compared (they vary between identical runs); FLOPs and bytes are"]
+    return ["profile times are not compared (they vary between identical runs); FLOPs and bytes are compared (they do not vary)"]
 
 
 def generic(a: Any, b: Any, col: Collector, path: str = "") -> None:

@@ -84,14 +84,34 @@ def diff(a: Any, b: Any, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_AT
 
 
 def ranked(changes):
-    """Structural changes first (in report order, by section), then numbers, largest first."""
+    """Structural changes first (in report order, by section); then the numbers of what went into
+    the run (a parameter's value, a model input's statistics: causes, not consequences), then every
+    other number, and the backward's loss last; within each, largest first.
+
+    Why causes before the rest: one changed weight moves dozens of downstream statistics and
+    gradient norms, some by more than the weight itself moved (a scalar loss near 0 changes by
+    "×10" when it flips sign); the reader looks for the change they made, and it must not be
+    buried under its effects. The loss is a seeded random projection of every output, made only to
+    drive the backward: it differs whenever any output does, and near 0 its relative change is
+    large and says nothing about where.
+    """
     def key(item):
         i, c = item
         structural = math.isinf(c.score)
-        return (0 if structural else 1, SECTIONS.index(c.section) if structural and c.section in SECTIONS else 0,
+        tier = 0 if structural else 1 if _is_cause(c) else 3 if _is_loss(c) else 2
+        return (tier, SECTIONS.index(c.section) if structural and c.section in SECTIONS else 0,
                 0.0 if structural else -c.score, i)
 
     return [c for _, c in sorted(enumerate(changes), key=key)]
+
+
+def _is_cause(change) -> bool:
+    """A forward-side number of a parameter or a model input (their gradients are effects)."""
+    return change.section in ("params", "inputs") and "grad" not in change.what
+
+
+def _is_loss(change) -> bool:
+    return change.section == "backward" and change.what == "loss"
 
 
 def _what(kind: str) -> str:

@@ -66,8 +66,9 @@ def test_pre_ln_vs_post_ln_is_ranked_and_fits_100_columns(run, tmp_path):
     code, out, err = run("diff", a, b, "--json")
     assert code == 1, err
     report = json.loads(out)
-    numeric = [c["score"] for c in report["changes"] if c["numeric"]]
+    numeric = [c["score"] for c in report["changes"] if c["numeric"] and c["what"] != "loss"]
     assert numeric == sorted(numeric, reverse=True) and len(numeric) > 20
+    assert report["changes"][-1]["what"] == "loss"  # a consequence of every output: ranked last
     assert report["differs"] is True and report["origins"] == ["(root)"]
     assert {c["where"] for c in report["manifest_changes"]} >= {"spec.path", "spec.sha256"}
     assert report["manifest"]["command"][:2] == ["layerlab", "diff"]  # the diff's own manifest
