@@ -101,7 +101,8 @@ def report(r: ProfileReport, depth: Optional[int] = None, top: Optional[int] = N
     parts.append(Text.from_markup(
         "[dim]self time and forward FLOPs (children have their own rows; backward FLOPs "
         f"{escape(flops(t['flops_backward']))} in all, per row in --json); act. mem = bytes autograd saved for "
-        "backward during the call; params counted on a module's first call[/]"))
+        "backward during the call; each parameter counted once, on the first call of the module holding it "
+        "(or of its nearest caller that ran, when that module is used through F.linear and the like)[/]"))
     parts.extend(_step(r))
     for comp in (r.compile, r.reference):
         if comp is not None:

@@ -133,6 +133,8 @@ class StepProbe:
         self.saved_bytes: Dict[int, int] = {}
         self._saved_seen: set = set()
         self._node_running: Optional[int] = None
+        self.in_backward = False
+        self.replayed = 0
 
     def install(self) -> None:
         for module in self.root.modules():
@@ -146,6 +148,9 @@ class StepProbe:
 
     # -- forward hooks ---------------------------------------------------------------------------
     def _pre(self, module: torch.nn.Module, args: tuple) -> None:
+        if self.in_backward:  # activation checkpointing re-running a forward: not a call of the step
+            self.replayed += 1
+            return
         path = self.paths.get(id(module), type(module).__name__)
         n = self.counts[path] = self.counts.get(path, 0) + 1
         call = Call((path, n), self.stack[-1] if self.stack else None)
@@ -157,6 +162,8 @@ class StepProbe:
         call.t0 = self.clock.now()
 
     def _post(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if self.in_backward:
+            return
         t1 = self.clock.now()
         index = self.stack.pop()
         while self.calls[index].key[0] != self.paths.get(id(module), type(module).__name__) and self.stack:
@@ -202,7 +209,13 @@ class StepProbe:
 
     # -- backward --------------------------------------------------------------------------------
     def attach_backward(self, outputs: List[torch.Tensor]) -> int:
-        """Hook every autograd node of this step's graph; return how many were hooked."""
+        """Hook every autograd node of this step's graph; return how many were hooked.
+
+        From here on the step is in backward: a module call now is a recomputation
+        (``torch.utils.checkpoint``) that runs inside the autograd node that unpacked a checkpointed
+        tensor; it gets no row (it would read as a second forward call), its time and FLOPs stay in
+        that node's, and :attr:`replayed` counts it."""
+        self.in_backward = True
         if not self.calls:
             return 0
         root = self.calls[0]
@@ -239,6 +252,24 @@ class StepProbe:
             node.register_prehook(functools.partial(self._node_pre, j))
             node.register_hook(functools.partial(self._node_post, j))
         return len(self.node_owner)
+
+    def param_bytes_per_call(self) -> Dict[int, int]:
+        """``{call index: bytes}`` of the parameters each call holds, so that the rows add up to the
+        model's parameters: each tensor once (a tied weight is one tensor, on the module that
+        registered it first), on the first call of the module that registered it, or of its nearest
+        called ancestor when that module never ran itself (``nn.MultiheadAttention`` uses its
+        ``out_proj`` through ``F.linear``: a quarter of its weights would otherwise vanish)."""
+        first_call: Dict[str, int] = {}
+        for i, call in enumerate(self.calls):
+            first_call.setdefault(call.key[0], i)
+        sizes: Dict[int, int] = {}
+        if not first_call:
+            return sizes
+        for p in self.root.parameters():  # unique tensors: tied weights once
+            owner = self._param_call(id(p), first_call)
+            if owner is not None:
+                sizes[owner] = sizes.get(owner, 0) + p.numel() * p.element_size()
+        return sizes
 
     def _param_call(self, pid: int, first_call: Dict[str, int]) -> Optional[int]:
         path = self.param_owner.get(pid)

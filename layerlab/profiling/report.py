@@ -34,8 +34,10 @@ class ProfileRow:
         flops_not_counted: compute ops this call ran (self, forward and backward) that no FLOP formula
             counts, ``{"aten.op": times}``: when not empty, the FLOPs are a lower bound.
         output_bytes: bytes of the tensors this call returned.
-        param_bytes: bytes of the parameters this module registers itself (on its first call only,
-            so the column adds up to the model's).
+        param_bytes: bytes of the parameters this module registers itself, on its first call only;
+            a tied weight once; those of a submodule that never ran (``MultiheadAttention.out_proj``,
+            used through ``F.linear``) on its nearest called ancestor: the column adds up to
+            ``sum(p.numel() * p.element_size() for p in model.parameters())``.
     """
 
     index: int

@@ -90,9 +90,8 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
     check_module(module, "layerlab.profile")
     check_seed(seed)
     check_threads(threads)
-    if repeats < 1 or warmup < 0:
-        raise UsageError("repeats must be ≥ 1 and warmup ≥ 0", where="--repeats/--warmup",
-                         got={"repeats": repeats, "warmup": warmup})
+    _check_steps(repeats, "repeats", 1)
+    _check_steps(warmup, "warmup", 0)
     check_not_meta(module, [a.value for a in args])  # meta kernels take no time and move no bytes
     args, detached = _leaf_inputs(args)
     t_start = time.perf_counter()
@@ -102,7 +101,7 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
         tell(f"{warmup} warm-up + {repeats} timed steps", 0, phases)
         stepper = Stepper(module, args, seed=seed)
         try:
-            rows, step, backward, not_counted = _measure(stepper, repeats, warmup)
+            rows, step, backward, not_counted, replayed = _measure(stepper, repeats, warmup)
         except Exception as exc:
             raise _model_raised(exc, module, "during the timed steps") or exc
         report = ProfileReport(
@@ -118,6 +117,10 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
         if detached:
             report.notes.append(f"input(s) {', '.join(detached)} came out of another computation (not leaves): "
                                 "profiled as leaves that require grad, so each step's backward stops at them")
+        if replayed:
+            report.notes.append(f"{replayed} module call(s) ran again inside backward (activation checkpointing "
+                                "recomputes them): they have no rows; their time and FLOPs are in the backward "
+                                "of the rows whose autograd nodes asked for them")
         if not backward:
             report.notes.append("forward only: no output requires grad (no trainable parameter or input reaches it)")
         unsteady = unsteady_note(step)  # last: the other notes hold whatever the timings
@@ -135,6 +138,22 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
             report.reference = compare_reference(stepper, reference, repeats=repeats, warmup=warmup)
     report.seconds = time.perf_counter() - t_start
     return report
+
+
+#: Most timed rounds (and warm-up steps) one run takes: medians settle within a few dozen, and a
+#: mistyped 10**11 would otherwise run for days instead of being refused.
+MAX_STEPS = 10_000
+
+
+def _check_steps(value: Any, name: str, low: int) -> None:
+    """``repeats`` / ``warmup``: an integer in ``low … MAX_STEPS`` (a clear refusal, not a hang)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an integer, got {type(value).__name__}", where=f"--{name}",
+                         expected=f"an integer {low} … {MAX_STEPS}", got=repr(value))
+    if not low <= value <= MAX_STEPS:
+        raise UsageError(f"--{name} must be between {low} and {MAX_STEPS}, got {value}", where=f"--{name}",
+                         expected=f"{low} … {MAX_STEPS}", got=value,
+                         hint="medians settle within a few dozen rounds; more only takes longer")
 
 
 #: Plain steps whose upper quartile is this many times the lower one are not one measurement.
@@ -328,10 +347,10 @@ def _measure(stepper: Stepper, repeats: int, warmup: int):
                     for key, value in times.items():
                         per_row.setdefault(key, []).append(value)
                     unattributed.append(result[1] - sum(v[1] for v in times.values()))
-        counts, structure, uncounted = _count(stepper)
+        counts, structure, uncounted, params, replayed = _count(stepper)
     finally:
         probe.remove()
-    rows = _rows(module, structure, per_row, counts, uncounted.by_owner)
+    rows = _rows(module, structure, per_row, counts, uncounted.by_owner, params)
     med = statistics.median
     step_s = med([f + b for f, b in plain])
     profiled_s = med([f + b for f, b in probed])
@@ -343,7 +362,7 @@ def _measure(stepper: Stepper, repeats: int, warmup: int):
                       rows_sum_s=rows_sum, rows_error=rows_sum / step_s - 1 if step_s else 0.0,
                       unattributed_s=med(unattributed) if unattributed else 0.0,
                       peak_bytes=_peak(stepper), samples_step_s=[f + b for f, b in plain])
-    return rows, step, stepper.backward, dict(uncounted.total)
+    return rows, step, stepper.backward, dict(uncounted.total), replayed
 
 
 def _count(stepper: Stepper):
@@ -367,25 +386,21 @@ def _count(stepper: Stepper):
     finally:
         probe.remove()
         stepper.reset()
-    return probe.counts_per_call(), probe.calls, uncounted
+    return probe.counts_per_call(), probe.calls, uncounted, probe.param_bytes_per_call(), probe.replayed
 
 
 def _rows(module: torch.nn.Module, calls, per_row: Dict[tuple, List[tuple]], counts: Dict[tuple, tuple],
-          not_counted: Dict[Optional[int], Dict[str, int]]):
+          not_counted: Dict[Optional[int], Dict[str, int]], param_bytes: Dict[int, int]):
     named = dict(module.named_modules())
     med = statistics.median
     rows: List[ProfileRow] = []
     index_of: Dict[int, int] = {}
-    seen_params = set()
     for i, call in enumerate(calls):
         path, n = call.key
         mod = named.get(path)
         samples = per_row.get(call.key, [])
         f_flops, b_flops, saved, out_bytes = counts.get(call.key, (0, 0, 0, 0))
-        params = 0
-        if mod is not None and path not in seen_params:
-            seen_params.add(path)
-            params = sum(p.numel() * p.element_size() for p in mod.parameters(recurse=False))
+        params = param_bytes.get(i, 0)
         index_of[i] = len(rows)
         rows.append(ProfileRow(
             index=len(rows), path=path, call=n, class_name=type(mod).__name__ if mod is not None else "?",
