@@ -122,7 +122,8 @@ def input_shapes(values: Optional[List[str]]) -> List[Tuple[Optional[str], List[
         name, sep, body = text.partition("=")
         if not sep:
             name, body = None, text
-        dims = int_tuple(body, "--input-shape", minimum=0)
+        dims = int_tuple(body, "--input-shape", minimum=0, what="a tensor shape like 2,3,32,32",
+                         examples=("2,3,32,32", "query=3,10,64"))
         out.append((name.strip() if name else None, list(dims) if isinstance(dims, tuple) else [dims]))
     return out
 

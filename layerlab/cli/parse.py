@@ -23,7 +23,8 @@ def _strip(text: str) -> str:
     return text.strip().strip("()[]").strip()
 
 
-def _ints(text: str, flag: str, *, allow_none: bool = False, minimum: Optional[int] = None, what: str = "an integer"):
+def _ints(text: str, flag: str, *, allow_none: bool = False, minimum: Optional[int] = None, what: str = "an integer",
+          examples: Tuple[str, ...] = ("3", "3x5")):
     body = _strip(text)
     if not body:
         raise UsageError(f"{flag} is empty", where=flag, expected=what, got=repr(text))
@@ -40,7 +41,7 @@ def _ints(text: str, flag: str, *, allow_none: bool = False, minimum: Optional[i
                 where=flag,
                 expected=what,
                 got=text,
-                hint=f"write e.g. {flag} 3 or {flag} 3x5",
+                hint="write e.g. " + " or ".join(f"{flag} {e}" for e in examples),
             ) from None
         if minimum is not None and value < minimum:
             raise UsageError(
@@ -63,9 +64,10 @@ def name_list(text: Optional[str], flag: str, what: str, example: str) -> Option
     return names
 
 
-def int_tuple(text: str, flag: str, *, minimum: Optional[int] = None) -> Union[int, Tuple[int, ...]]:
-    """``'3'`` → 3, ``'3x5'`` → (3, 5); errors name ``flag``."""
-    values = _ints(text, flag, minimum=minimum, what="an integer or a tuple like 3x5")
+def int_tuple(text: str, flag: str, *, minimum: Optional[int] = None, what: str = "an integer or a tuple like 3x5",
+              examples: Tuple[str, ...] = ("3", "3x5")) -> Union[int, Tuple[int, ...]]:
+    """``'3'`` → 3, ``'3x5'`` → (3, 5); errors name ``flag`` (and show ``what`` / ``examples``)."""
+    values = _ints(text, flag, minimum=minimum, what=what, examples=examples)
     return values[0] if len(values) == 1 and not text.strip().startswith("(") else values
 
 

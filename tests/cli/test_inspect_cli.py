@@ -163,7 +163,7 @@ def test_bad_options_exit_2(run):
     conv = str(ROOT / "configs" / "conv2d.yaml")
     for args, words in ((("--mode", "training"), "--mode must be train or eval"),
                         (("--dtype", "int8"), "--dtype must be a floating dtype"),
-                        (("--input-shape", "2,x"), "--input-shape expects"),
+                        (("--input-shape", "2,x"), "--input-shape expects a tensor shape like 2,3,32,32"),
                         (("--input-shape", "nope=2,3"), "no input called 'nope'")):
         code, out, err = run("inspect", conv, *args)
         assert code == 2, out + err
