@@ -159,7 +159,7 @@ def test_unsteady_timings_are_said_to_be_unreliable_not_shown_as_a_negative_over
     import torch
 
     from layerlab.profiling.report import StepTiming
-    from layerlab.profiling.run import unsteady_note
+    from layerlab.profiling.steadiness import unsteady_note
 
     def timing(samples, hooked):
         med = sorted(samples)[len(samples) // 2]
@@ -181,3 +181,7 @@ def test_unsteady_timings_are_said_to_be_unreliable_not_shown_as_a_negative_over
         torch.set_num_threads(previous)
     spread_only = timing([1.0e-3, 1.1e-3, 3.5e-3, 3.6e-3, 3.4e-3, 1.05e-3, 3.7e-3, 1.0e-3], 3.6e-3)
     assert unsteady_note(spread_only) is not None  # quartiles 1.0 and 3.5 ms: not one measurement
+    # --repeats 2 or 3: too few for quartiles; the extremes, judged with a wider bar (4×)
+    assert unsteady_note(timing([1.7e-3, 211e-3], 1.8e-3)) is not None  # a step 124× the other: its median is noise
+    assert unsteady_note(timing([1.7e-3, 1.8e-3, 1.75e-3], 1.9e-3)) is None
+    assert unsteady_note(timing([1.7e-3, 5.0e-3, 1.75e-3], 1.9e-3)) is None  # 2.9×: one slow step of 3, median holds
