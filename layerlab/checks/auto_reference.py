@@ -141,7 +141,9 @@ def _padding_by_trial(module: nn.Module, args: Sequence[Any], mirror: Mirror, kw
     """A conv that pads but does not say how: the one of torch's four padding modes it equals exactly
     (float64) is its reference. Equal to none, it is compared with nothing: it may pad in a way torch
     does not (symmetric, say), so a difference is no verdict; but it is said, as a warning."""
-    built, seen = 0, ""
+    from layerlab.checks.variants import flipped_kernel
+
+    built, seen, flipped = 0, "", None
     for mode in PADDING_MODES:
         alignment = _aligned(module, args, mirror, {**kwargs, "padding_mode": mode}, why_not)
         if alignment.reference is None:
@@ -152,6 +154,13 @@ def _padding_by_trial(module: nn.Module, args: Sequence[Any], mirror: Mirror, kw
         if same:
             chosen = f"; padding_mode={mode!r} is not an attribute: of torch's four it is the one the layer equals"
             return replace(alignment, auto=alignment.auto + chosen, note=alignment.note + chosen)
+        if flipped is None and _equal_outputs(module, flipped_kernel(alignment.reference), args)[0]:
+            flipped = (mode, alignment)
+    if flipped is not None:  # the padding is torch's; the kernel is reversed: a real bug, compared as such
+        mode, alignment = flipped
+        chosen = (f"; padding_mode={mode!r} (not an attribute): with it the layer equals torch's only with the "
+                  "kernel flipped")
+        return replace(alignment, auto=alignment.auto + chosen, note=alignment.note + chosen)
     if not built:
         return Alignment(None, note=f"{why_not}: {guard}")
     return Alignment(None, note=f"{why_not}: {guard}", suspect=(

@@ -18,7 +18,7 @@ Legend: v the random output direction · J the Jacobian · N a size the ratio na
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -59,7 +59,9 @@ def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[st
     live = list(fixed)
     for i in index:
         live[i] = fixed[i].clone().requires_grad_(True)
-    grads = torch.autograd.grad(_loss(f, live, vs), [live[i] for i in index], allow_unused=True)
+    outs = _outputs(f(*live))
+    loss = sum((o * v).sum() for o, v in zip(outs, vs))
+    grads = torch.autograd.grad(loss, [live[i] for i in index], allow_unused=True, retain_graph=True)
     analytical = {i: (g if g is not None else torch.zeros_like(fixed[i])).detach() for i, g in zip(index, grads)}
     numerical = {}
     with torch.no_grad():
@@ -74,6 +76,9 @@ def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[st
                 flat[k] = keep
                 num[k] = (up - down) / (2 * eps)
             numerical[i] = num.reshape(fixed[i].shape)
+    unreached = [i for i, g in zip(index, grads) if g is None and bool(numerical[i].abs().max() > 0)]
+    if unreached:
+        return _no_gradient(outs, live, names, unreached)
     close = lambda a, b: a.shape == b.shape and not mismatch(a, b, rtol=1e-5, atol=1e-6 * (1 + float(b.abs().max()))).any()  # noqa: E731
     for a in index:
         for b in index:
@@ -100,3 +105,39 @@ def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[st
     listed = ", ".join(f"{nm} ({p.details['ratio']:.4g})" for nm, p in ratios)
     return (f"analytical/numerical is constant for {listed}",
             f"the backward's gradient for {name} is off by a constant factor: {found.hint}{mean}")
+
+
+def custom_function_inputs(roots: Sequence[Any], wanted: Dict[int, str]) -> Dict[str, str]:
+    """``{name: Function class name}`` for each leaf tensor of ``wanted`` (``id → name``) that a custom
+    ``autograd.Function`` receives directly, found by walking the graph back from ``roots`` (grad_fns)."""
+    found: Dict[str, str] = {}
+    seen, stack = set(), list(roots)
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
+        for nxt, _ in node.next_functions:
+            variable = getattr(nxt, "variable", None)
+            if custom and variable is not None and id(variable) in wanted:
+                found[wanted[id(variable)]] = node._forward_cls.__name__
+            stack.append(nxt)
+    return found
+
+
+def _no_gradient(outs: Sequence[Tensor], live: Sequence[Tensor], names: Sequence[str],
+                 unreached: Sequence[int]) -> Tuple[str, str]:
+    """The output depends on these tensors (finite differences move), yet autograd gives them no
+    gradient at all: name the custom autograd.Function that receives them and returns None."""
+    wanted = {id(live[i]): names[i] for i in unreached}
+    owners = custom_function_inputs([o.grad_fn for o in outs if o.grad_fn is not None], wanted)
+    listed = ", ".join(names[i] for i in unreached)
+    if owners:
+        fns = ", ".join(sorted(set(owners.values())))
+        return (f"{listed} gets no gradient at all (None), though the output depends on it: the custom "
+                f"autograd.Function {fns} receives it and its backward returns None in its slot",
+                f"check the ctx.needs_input_grad index that gates {listed}'s gradient in {fns}.backward (index i "
+                "is the forward's i-th input) and the order of the returned gradients")
+    return (f"{listed} gets no gradient at all (None), though the output depends on it",
+            f"a .detach(), .data or torch.no_grad() cuts {listed} off the graph while the forward still uses it")

@@ -28,6 +28,7 @@ from layerlab.checks.case import (
     Case, call, cast_args, float_leaves, generator, module_copy, mode_name, parity_mode, randn_like, short_dtype,
     trainable, user_dtype,
 )
+from layerlab.checks.grad_patterns import custom_function_inputs
 from layerlab.checks.report import CheckResult, Status
 from layerlab.checks.zero_state import DEAD_RELU, ZeroStateWatch
 
@@ -192,17 +193,4 @@ def _custom_functions_fed(case: Case, names: List[str], dtype: torch.dtype, trai
         roots = [y.grad_fn for _, y in float_leaves(call(m, cast_args(case.args, dtype))) if y.grad_fn is not None]
     except Exception:  # the hint is a refinement: without it the generic one stands
         return {}
-    found: Dict[str, str] = {}
-    seen, stack = set(), roots
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        custom = isinstance(node, torch.autograd.function.BackwardCFunction)
-        for nxt, _ in node.next_functions:
-            variable = getattr(nxt, "variable", None)
-            if custom and variable is not None and id(variable) in wanted:
-                found[wanted[id(variable)]] = node._forward_cls.__name__
-            stack.append(nxt)
-    return found
+    return custom_function_inputs(roots, wanted)

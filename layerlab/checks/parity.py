@@ -34,7 +34,7 @@ from layerlab.checks.case import (
 )
 from layerlab.checks.compare import Comparison, compare
 from layerlab.checks.divergence import buffer_differences, counterfactual, first_divergent_submodule, unwrap
-from layerlab.checks.patterns import Pattern, pattern
+from layerlab.checks.patterns import Pattern, mismatch, pattern
 from layerlab.checks.precision import Islands
 from layerlab.checks.report import CheckResult, Status
 
@@ -344,7 +344,11 @@ def _explain_backward(case: Case, train: Optional[bool], bad: List[Comparison], 
     hint = _backward_hint(bad, params)
     go, gr = got[focus]
     found = pattern(go, gr, sizes=_layer_sizes(case.module), gates=_gates_of(case, focus), tol=islands.tol)
-    hypothesis = counterfactual(case, train) if param_names else None
+    lo, lr = dict(float_leaves(outputs[0])), dict(float_leaves(outputs[1]))
+    if not param_names and any(p in lr and lo[p].shape == lr[p].shape and mismatch(lo[p], lr[p], *(islands.tol or (1e-7, 1e-7))).any()
+                                for p in lo):
+        hint = "the forward already differs (see forward_parity): the input gradients differ because of it"
+    hypothesis = counterfactual(case, train)
     origin = None if hypothesis or not param_names else first_divergent_submodule(case, train, islands.tol)
     if hypothesis:
         details["hypothesis"] = hypothesis
