@@ -8,7 +8,8 @@
   one rank; :mod:`~layerlab.distributed.launch`: starting and stopping ranks here;
   :mod:`~layerlab.distributed.torchrun`: being one rank under torchrun.
 * :mod:`~layerlab.distributed.compare` (gradients) and :mod:`~layerlab.distributed.checks` (ranks,
-  unused parameters, buffers, shapes) → :mod:`~layerlab.distributed.assemble` →
+  unused parameters, buffers, shapes), :mod:`~layerlab.distributed.first_step` (DDP's first step under
+  the user's find_unused_parameters=False) → :mod:`~layerlab.distributed.assemble` →
   :mod:`~layerlab.distributed.report`.
 
 Dependencies: cli → distributed → (checks.layout, target, spec) → errors. Importing the package

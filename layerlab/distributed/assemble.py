@@ -1,7 +1,9 @@
 """The ranks' results and the single-process runs → one :class:`~layerlab.distributed.report.DdpReport`.
 
-Findings come in the issue's order: failed ranks (nothing else can be compared then), unused
-parameters and rank-dependent control flow, shapes per rank, gradients, buffers. ``raw`` keeps, per
+Findings come in the issue's order: failed ranks (nothing else can be compared then), one rank
+only (nothing cross-rank can show), unused parameters and rank-dependent control flow with DDP's first
+step under the user's ``find_unused_parameters=False`` (:mod:`~layerlab.distributed.first_step`),
+shapes per rank, gradients, buffers. ``raw`` keeps, per
 rank, what ``--ranks-json`` prints: norms and sums of its tensors, never the tensors.
 """
 
@@ -13,7 +15,8 @@ import torch
 
 from layerlab.distributed import checks
 from layerlab.distributed.compare import Comparer, gradient_findings, gradient_rows, tolerance_for
-from layerlab.distributed.report import DdpReport, RankRow, TensorInfo
+from layerlab.distributed.first_step import first_step_findings, not_measured
+from layerlab.distributed.report import DdpReport, Finding, RankRow, TensorInfo
 
 __all__ = ["assemble"]
 
@@ -30,15 +33,23 @@ def assemble(base: DdpReport, module: torch.nn.Module, single: Any, results: Lis
         report.findings = failed
         report.notes.append("a rank failed, so gradients, buffers and shapes were not compared")
         return report
+    if len(results) == 1:
+        report.findings.append(one_rank_finding())
     ran_with = any(r.get("find_unused_parameters") for r in results)
     report.options["find_unused_parameters_run"] = ran_with
-    if ran_with and not find_unused:
-        report.notes.append("some parameters got no gradient, so the DDP step ran with find_unused_parameters=True "
-                            "to finish the check (your setting, False, would raise or hang)")
-    unused = checks.unused_findings(module, results, find_unused, single.shards)
-    report.findings += unused
-    report.findings += checks.shape_findings(single.shards, results)
     cmp = Comparer(single.full.grads, report.tolerance)
+    first = first_step_findings(results, cmp)
+    if ran_with and not find_unused:
+        report.notes.append("some parameters got no gradient, so the gradients and buffers below come from a DDP step "
+                            "run with find_unused_parameters=True (your setting, False, cannot finish that step)"
+                            + ("; the first step with your setting is reported above" if first else ""))
+    why_not = not_measured(results)
+    if why_not:
+        report.notes.append(why_not)
+    unused = checks.unused_findings(module, results, find_unused, single.shards,
+                                    first_step_unaveraged=any(f.severity == "error" for f in first))
+    report.findings += unused + first
+    report.findings += checks.shape_findings(single.shards, results)
     report.params = gradient_rows(single, results, cmp)
     flow = any(f.title == "rank-dependent control flow" for f in unused)
     report.findings += gradient_findings(module, single, results, report.params, cmp, flow)
@@ -46,6 +57,17 @@ def assemble(base: DdpReport, module: torch.nn.Module, single: Any, results: Lis
     report.findings += checks.buffer_findings(module, report.buffers, len(results),
                                               bool(report.options.get("broadcast_buffers", True)))
     return report
+
+
+def one_rank_finding() -> Finding:
+    """One rank has no other process to all-reduce with: DDP's average is its own gradient."""
+    return Finding(
+        "ranks", "info", "one rank: no cross-rank check",
+        "with 1 rank there is no other process: DDP's all-reduce averages this rank's gradient with nothing, so "
+        "no bug that needs several ranks can show (rank-dependent control flow, per-rank BatchNorm statistics, a "
+        "loss averaged per rank or not per sample, buffers that drift apart); this run only "
+        "shows that the model takes a DDP step and matches one process",
+        where=["rank 0"], fix="run with --nproc 2 or more (ddp_check(..., nproc=2)) to check the cross-rank behaviour")
 
 
 def _infos(items: Optional[List[list]]) -> List[TensorInfo]:
@@ -80,6 +102,11 @@ def _raw(r: Dict[str, Any]) -> Dict[str, Any]:
             out[side] = {"loss": rec["loss"], "grad_norms": _norms(rec["grads"]), "ran": rec["ran"],
                          "inputs": rec["inputs"], "outputs": rec["outputs"],
                          "buffer_sums": {k: float(v.double().sum()) for k, v in rec["buffers"].items()}}
+        first = r.get("first_step")
+        if first:
+            out["first_step"] = {k: v for k, v in first.items() if k != "grads"}
+            if "grads" in first:
+                out["first_step"]["grad_norms"] = _norms(first["grads"])
     else:
         out["traceback"] = r.get("traceback")
         out["log_tail"] = r.get("log_tail")

@@ -6,7 +6,8 @@
   connection closed by the peer).
 * **unused parameters** — from each rank's own step: a trainable parameter with no gradient on
   every rank makes DDP (find_unused_parameters=False) raise at the next step ("Expected to have
-  finished reduction in the prior iteration"); one that gets a gradient on some ranks only means
+  finished reduction in the prior iteration"), after a first step it silently leaves un-averaged
+  (measured in :mod:`~layerlab.distributed.first_step`); one that gets a gradient on some ranks only means
   rank-dependent control flow, where DDP's buckets disagree and the all-reduce errors or hangs.
   Each is named with its module and whether that module's forward ran; when one process on the
   same shard skips the same parameters, the branch follows the data (data-dependent control flow),
@@ -63,9 +64,11 @@ def failure_findings(results: List[Dict[str, Any]]) -> List[Finding]:
 
 
 def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unused: bool,
-                    single_shards: Any = None) -> List[Finding]:
+                    single_shards: Any = None, first_step_unaveraged: bool = False) -> List[Finding]:
     """``single_shards[r]``: one process on rank r's shard; when it skips exactly what rank r skips, the
-    branch follows the data (a parameter used only on some inputs), not the rank."""
+    branch follows the data (a parameter used only on some inputs), not the rank.
+    ``first_step_unaveraged``: DDP's first step with the user's setting was measured leaving gradients
+    un-averaged (:mod:`~layerlab.distributed.first_step`): the fix says so."""
     world = len(results)
     owners: Dict[str, Dict[str, Any]] = {}
     for name, p in module.named_parameters():
@@ -99,7 +102,10 @@ def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unuse
                 where=[owner, *entry["params"]], cause=cause,
                 fix=("find_unused_parameters=True is set: DDP copes, at the cost of a graph traversal per step"
                      if find_unused else "DDP raises 'Expected to have finished reduction in the prior iteration' at "
-                     f"the next step: {change}, or pass find_unused_parameters=True")))
+                     "the next step" + (", after a first step that silently left the gradients un-averaged (below)"
+                                         if first_step_unaveraged else "")
+                     + f": {change}, or pass find_unused_parameters=True (a graph traversal per step), or "
+                     "static_graph=True when the same parameters are unused every step")))
         elif _follows_data(entry["params"], missing, world, single_shards):
             used = [r for r in range(world) if r not in missing]
             out.append(Finding(

@@ -5,8 +5,11 @@
     take this rank's shard of the batch
     its own step, no DDP          → which parameters it uses, its local gradients, the modules that ran
     monitored_barrier             → a rank stuck in its forward is named by rank 0, not waited for
-    all_gather(any unused?)       → every rank wraps with the same find_unused_parameters
+    all_gather(unused names)      → every rank wraps with the same find_unused_parameters
+    [first_step]                  → some unused, the user's False: DDP's first step as the user runs it,
+                                    on a copy (gradients after backward; does the next forward raise?)
     DistributedDataParallel step  → the all-reduced gradients, buffers after, inputs/outputs
+                                    (find_unused_parameters=True when some parameter got no gradient)
     monitored_barrier
 
 Every collective has the job's timeout (``init_process_group(timeout=)``; the barriers their own).
@@ -84,16 +87,16 @@ def run_rank(job: RankJob, rank: int, world: int, local_rank: int, *, keep_group
         model.load_state_dict(start)  # DDP's step starts where the rank's own step did
         dist.monitored_barrier(group=ctrl, timeout=timeout, wait_all_ranks=True)
         unused = [None] * world
-        dist.all_gather_object(unused, any(g is None for g in local.grads.values()), group=ctrl)
+        dist.all_gather_object(unused, sorted(n for n, g in local.grads.items() if g is None), group=ctrl)
         find_unused = job.options.find_unused_parameters or any(unused)
-        with warnings.catch_warnings():  # torch 2.13 renames it (forward_sync_buffers); users still pass this one
-            warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
-            ddp = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None,
-                find_unused_parameters=find_unused, broadcast_buffers=job.options.broadcast_buffers)
+        first, keep = None, None
+        if find_unused and not job.options.find_unused_parameters:  # the user's setting cannot finish this step
+            first, keep = first_step(model, start, args, job, rank, world, device, unused)
+        ddp = _wrap(model, device, find_unused, job.options.broadcast_buffers)
         step = one_step(model, args, job.loss, seed=job.seed, rank=rank, world=world, call=ddp)
         dist.monitored_barrier(group=ctrl, timeout=timeout, wait_all_ranks=True)
-        return {"rank": rank, "status": "ok", "find_unused_parameters": find_unused,
+        del keep  # the first step's DDP (its reducer may still own buckets in flight) lives until here
+        return {"rank": rank, "status": "ok", "find_unused_parameters": find_unused, "first_step": first,
                 "start_buffers": {k: v.cpu() for k, v in start.items() if k in dict(model.named_buffers())},
                 "local": as_result(local), "ddp": as_result(step), "seconds": time.perf_counter() - t0,
                 "pid": os.getpid()}
@@ -105,6 +108,52 @@ def run_rank(job: RankJob, rank: int, world: int, local_rank: int, *, keep_group
     finally:
         if not keep_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _wrap(model: Any, device: Any, find_unused: bool, broadcast_buffers: bool) -> Any:
+    import torch
+
+    with warnings.catch_warnings():  # torch 2.13 renames it (forward_sync_buffers); users still pass this one
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*deprecated", category=FutureWarning)
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=find_unused, broadcast_buffers=broadcast_buffers)
+
+
+def first_step(model: Any, start: Dict[str, Any], args: List[Arg], job: RankJob, rank: int, world: int,
+               device: Any, unused: List[List[str]]) -> tuple:
+    """DDP's first step with the user's ``find_unused_parameters=False`` although some parameters get no
+    gradient: ``(result, the DDP wrapper)``. The result holds the gradients that step leaves after
+    backward (``status: measured``) and what the next forward raised (``next_forward``: its last line,
+    ``None`` if it did not raise).
+
+    It runs on a copy of the model (its reducer's hooks must not fire in the step that follows), and
+    only when every rank skips the same parameters: then every rank marks the same buckets ready and
+    launches the same all-reduces. When the ranks skip different ones, their reducers launch different
+    collectives, which can pair wrongly or wait forever: ``status: skipped``, nothing run."""
+    from layerlab.distributed.step import one_step
+    from layerlab.target.copying import copy_model
+
+    if any(u != unused[0] for u in unused):
+        return {"status": "skipped", "unused": unused}, None
+    twin = copy_model(model)
+    twin.load_state_dict(start)
+    try:
+        ddp = _wrap(twin, device, False, job.options.broadcast_buffers)
+        record = one_step(twin, args, job.loss, seed=job.seed, rank=rank, world=world, call=ddp)
+    except Exception as exc:
+        return {"status": "raised", "error": summarize_exception(exc)[0]}, None
+    pos = [a.value for a in args if not a.keyword]
+    kw = {a.name: a.value for a in args if a.keyword}
+    next_forward = None
+    try:  # the second iteration's forward: DDP checks there that the first step's reduction finished
+        import torch
+
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            ddp(*pos, **kw)
+    except Exception as exc:
+        next_forward = summarize_exception(exc)[0]
+    return {"status": "measured", "grads": record.grads, "next_forward": next_forward, "unused": unused[0]}, ddp
 
 
 def _broadcast_state(model: Any) -> None:
