@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
-from layerlab.probe import channel_rules, hf_rules, loss_rules, upstream_rules
+from layerlab.probe import channel_rules, hf_rules, image_size_rules, loss_rules, loss_shape_rules, order_rules, upstream_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import mha, transformer_masks
@@ -160,6 +160,7 @@ _RULES: List[tuple] = [
     (nn.Unflatten, upstream_rules.unflatten),
     ((nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd), upstream_rules.pool_too_small),
     loss_rules.MODULES,
+    loss_shape_rules.MODULES,
 ]
 
 
@@ -179,11 +180,13 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     rules: List[Callable] = [_tuple_rule, _device_rule, _dtype_rule]
     rules += [rule for cls, rule in _RULES if isinstance(module, cls)]
     if not _library(module):  # a model's own module that checks its pixels' channels (HF vision embeddings)
-        rules.append(channel_rules.channels_last)
+        rules += [channel_rules.channels_last, channel_rules.gray_pixels]
     rules.append(R.shape_layer)
     for rule in rules:
         found = _safe(lambda: rule(ctx))
-        if found is not None:
+        if found is not None:  # a resize that a wrong loop index would need is not the fix
+            found = _safe(lambda: order_rules.call_order(ctx, found)) \
+                or _safe(lambda: image_size_rules.built_for_other_size(ctx, found)) or found
             return _at_model_input(ctx, _readable(found))
     return None
 

@@ -46,6 +46,30 @@ def channels_last(ctx) -> Optional[Diagnosis]:
     )
 
 
+def gray_pixels(ctx) -> Optional[Diagnosis]:
+    """One-channel (grayscale) pixels for a model built for 3 (RGB): repeat the gray channel, as image
+    processors do for pretrained weights; ``num_channels=1`` only for a model trained from scratch."""
+    m = ctx.module
+    C = getattr(m, "num_channels", None)
+    x = ctx.arg("pixel_values", 0)
+    if "channel" not in str(ctx.exc).lower() or C != 3 or not isinstance(x, torch.Tensor) or x.dim() != 4:
+        return None
+    shape = list(x.shape)
+    if shape[1] != 1 or shape[-1] == C:
+        return None
+    path, key, name = ctx.passed_at(x, "pixel_values", 0)
+    code = f"{name}.expand(-1, 3, -1, -1)"
+    return Diagnosis(
+        f"{type(m).__name__} reads RGB pixels, C = num_channels = 3, got {shape}: one channel, grayscale images",
+        expected="(N, 3, H, W)", got=shape, cause="size",
+        hint=f"repeat the gray channel: {code} → {[shape[0], 3, *shape[2:]]} (what image processors do for "
+             "pretrained RGB weights); for a model trained from scratch on gray images, num_channels=1 in its config",
+        fix=FixStep("cast-input", path, code, {"arg": key, "to": "expand:1:3"}),
+        alternatives=["num_channels=1 in the config (new patch-embedding weights: from scratch only)"],
+        rule=f"{type(m).__name__}: pixel_values (N, num_channels, H, W)",
+    )
+
+
 def video_frames_first(ctx) -> Optional[Diagnosis]:
     """Conv3d fed clips as video loaders stack them, (N, T, C, H, W) — frames first, each C×H×W —
     where Conv3d reads (N, C, T, H, W). The wanted channel count on dim 2 (and only there), not on

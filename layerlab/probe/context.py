@@ -205,7 +205,11 @@ def origin_from(name: str, shape: List[int], op_index: Optional[int], call_index
             steps.append(f"`{op_text(record)}`{where}")
             if len(record.inputs) != 1:
                 break
-            op_index, call_index = record.inputs[0].from_op, record.inputs[0].from_call
+            source = record.inputs[0]
+            if getattr(source, "parameter", None):  # self.pos[:, :T]: a slice of the model's own table
+                steps.append(f"the parameter `{source.parameter}` {source.shape}")
+                break
+            op_index, call_index = source.from_op, source.from_call
             continue
         call = ctx.call(call_index)
         if call is not None:

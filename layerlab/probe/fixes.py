@@ -43,6 +43,8 @@ def _convert(value: Any, to: str) -> Any:
         return value.bool()
     if to == "eq0":
         return value == 0
+    if to.startswith("not:"):  # "not:insert:1,1": a True-means-padding mask reshaped and inverted
+        return ~_convert(value, to[len("not:"):])
     if to.startswith("insert:"):  # new size-1 axes: "insert:1,1" → x[:, None, None, :]
         for dim in to[len("insert:"):].split(","):
             value = value.unsqueeze(int(dim))
@@ -53,6 +55,22 @@ def _convert(value: Any, to: str) -> Any:
     if to.startswith("narrow:"):  # "narrow:1:32" → x[:, :32] (a sequence cut to the model's length)
         dim, length = (int(v) for v in to[len("narrow:"):].split(":"))
         return value.narrow(dim, 0, min(length, value.shape[dim]))
+    if to.startswith("movedim:"):  # "movedim:-1:1": (N, T, C) logits → (N, C, T)
+        src, dst = (int(v) for v in to[len("movedim:"):].split(":"))
+        return value.movedim(src, dst)
+    if to.startswith("expand:"):  # "expand:1:3": a size-1 axis repeated (gray pixels → RGB)
+        dim, size = (int(v) for v in to[len("expand:"):].split(":"))
+        sizes = [-1] * value.dim()
+        sizes[dim] = size
+        return value.expand(*sizes)
+    if to.startswith("argmax:"):  # one-hot rows → class indices
+        return value.argmax(int(to[len("argmax:"):]))
+    if to.startswith("squeeze:"):
+        return value.squeeze(int(to[len("squeeze:"):]))
+    if to.startswith("shape:"):  # "shape:4,1+float32": a target shaped (and cast) like the logits
+        shape, _, dtype = to[len("shape:"):].partition("+")
+        value = value.reshape([int(v) for v in shape.split(",")])
+        return value.to(getattr(torch, dtype)) if dtype else value
     if to.startswith(("cpu", "cuda", "mps", "xpu", "meta")):
         return value.to(to)
     return value.to(getattr(torch, to))
@@ -109,6 +127,21 @@ def _restore_hook(dims):
 
 def _keyword_hook(name: str, value: Any):
     def hook(module, args, kwargs):
+        return args, {**kwargs, name: value}
+
+    return hook
+
+
+def _move_hook(arg, name: str):
+    def hook(module, args, kwargs):
+        if isinstance(arg, int):
+            if arg >= len(args):
+                return None
+            value, args = args[arg], (*args[:arg], None, *args[arg + 1:])
+        elif arg in kwargs:
+            value, kwargs = kwargs[arg], {k: v for k, v in kwargs.items() if k != arg}
+        else:
+            return None
         return args, {**kwargs, name: value}
 
     return hook
@@ -182,6 +215,12 @@ def _permute_operand(which: int, dims) -> Callable:
 
 def _substitution(params: Dict[str, Any]) -> Callable:
     """How to call one op differently (the op trace applies it at its source line)."""
+    if params.get("with") == "cat":  # torch.stack → torch.cat along the dim the shapes differ on
+        dim = params["dim"]
+        return lambda func, args, kwargs: (torch.cat, args[:1], {"dim": dim})
+    if "squeeze_dims" in params:  # a bare squeeze() limited to the dims after the batch
+        dims = tuple(params["squeeze_dims"])
+        return lambda func, args, kwargs: (torch.Tensor.squeeze, (args[0], dims), {})
     if params.get("with") == "reshape":
         return lambda func, args, kwargs: (torch.Tensor.reshape, args, kwargs)
     if "operand" in params:  # one einsum operand permuted
@@ -260,10 +299,12 @@ def apply_step(fixed: FixedModel, step: FixStep) -> None:
         for owner in owners:
             target = getattr(target, owner)
         setattr(target, name, p["value"])
+    elif step.kind == "move-input":  # an argument passed under the wrong name: attn_mask → key_padding_mask
+        target.register_forward_pre_hook(_move_hook(p["arg"], p["to_name"]), with_kwargs=True)
     elif step.kind == "call-kwarg":  # one keyword argument added to the module's calls: output_size=…
         target.register_forward_pre_hook(_keyword_hook(p["name"], p["value"]), with_kwargs=True)
     elif step.kind == "set-arg":
-        new = rebuild(target, {p["name"]: p["value"]})
+        new = rebuild(target, {p["name"]: p["value"], **p.get("also", {})})  # also: a depthwise conv's groups
         if not step.where:
             raise FixError("rebuilding the whole model is not a fix layerlab makes")
         for hooks in _HOOK_DICTS:  # an earlier step's permute of this module's input stays

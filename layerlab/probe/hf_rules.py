@@ -117,5 +117,28 @@ def float_class_labels(ctx, failed) -> Optional[Diagnosis]:
         rule=rule)
 
 
+def one_hot_labels(ctx, failed) -> Optional[Diagnosis]:
+    """Integer one-hot ``labels`` (N, num_labels): Hugging Face flattens them into N·num_labels class
+    indices, and cross-entropy finds more targets than samples. They are class indices in one-hot form."""
+    if failed is None or failed.record.op not in ("F.cross_entropy", "F.nll_loss"):
+        return None
+    config = getattr(_root(ctx), "config", None)
+    C = getattr(config, "num_labels", None)
+    key, labels = _outer_input(ctx, "labels", None)
+    if not isinstance(C, int) or C < 2 or not isinstance(labels, torch.Tensor) or labels.is_floating_point():
+        return None
+    if labels.dim() != 2 or labels.shape[1] != C or not bool((((labels == 0) | (labels == 1)).all()
+                                                              and (labels.sum(1) == 1).all())):
+        return None
+    return Diagnosis(
+        f"labels {list(labels.shape)} are one-hot integers; with num_labels = {C} Hugging Face reads integer labels "
+        f"as class indices, one per sample, and flattens these into {labels.numel()} of them for {labels.shape[0]} "
+        "samples", expected=f"labels [{labels.shape[0]}] int64 class indices", got=list(labels.shape),
+        cause="loss-target", hint="pass the class indices: labels.argmax(-1)",
+        fix=FixStep("cast-input", "", "labels.argmax(-1)", {"arg": key, "to": "argmax:-1"}),
+        alternatives=["labels.float() would switch Hugging Face to multi-label BCE: another task"],
+        rule="…ForSequenceClassification: integer labels (N,) → cross-entropy; float (N, num_labels) → multi-label BCE")
+
+
 def diagnose(ctx, failed) -> Optional[Diagnosis]:
-    return float_class_labels(ctx, failed) or too_long(ctx)
+    return float_class_labels(ctx, failed) or one_hot_labels(ctx, failed) or too_long(ctx)

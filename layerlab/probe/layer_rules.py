@@ -25,9 +25,8 @@ import math
 from typing import Optional
 
 import torch
-import torch.nn as nn
 
-from layerlab.probe import layout as Lay
+from layerlab.probe import groups_rules, layout as Lay, rnn_state_rules
 from layerlab.probe.formula import explain_failure
 from layerlab.probe.op_rules import float_ids
 from layerlab.probe.report import Diagnosis, FixStep
@@ -206,8 +205,11 @@ def conv(ctx) -> Optional[Diagnosis]:
                              [f"if the input is channels-last, move the channels to dim {ch_axis}: "
                               f"{Lay.permute_code('x', Lay.move_axis(r, axes[-1], ch_axis))}",
                               f"if dim {ch_axis} holds the channels, set in_channels={channels}"])
+    if m.groups == C > 1 and m.out_channels % C == 0:
+        return groups_rules.depthwise(ctx, base, channels, rule)
     return _size(ctx, base, side, made, "in_channels", channels, rule, C, channels,
                  hint=f"set in_channels={channels}, or make the previous layer output {C} channels")
+
 
 
 def _insert(shape: list, at: int, size: int) -> list:
@@ -280,7 +282,8 @@ def group_norm(ctx) -> Optional[Diagnosis]:
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[1] == m.num_channels:
         return None
-    return _channel_norm(ctx, x, m.num_channels, "num_channels", "GroupNorm", "GroupNorm: input (N, C = num_channels, *)")
+    found = _channel_norm(ctx, x, m.num_channels, "num_channels", "GroupNorm", "GroupNorm: input (N, C = num_channels, *)")
+    return groups_rules.group_norm_groups(ctx, found) or found
 
 
 def layer_norm(ctx) -> Optional[Diagnosis]:
@@ -325,7 +328,7 @@ def rnn(ctx) -> Optional[Diagnosis]:
             expected=layout, got=shape, cause="rank", hint="reshape the input to 3-D", rule=rule,
         )
     if x.shape[-1] == m.input_size:
-        return _rnn_hidden(ctx, m, x, ctx.arg("hx", 1))
+        return rnn_state_rules.hidden_state(ctx, m, x, ctx.arg("hx", 1))
     want, got = m.input_size, x.shape[-1]
     base = f"{name} expects last dim = input_size = {want}, got {got} (input {shape})"
     side, made = Lay.made(ctx, x)
@@ -345,55 +348,6 @@ def rnn(ctx) -> Optional[Diagnosis]:
                        [] if side else [f"set input_size={got} — only if the last dim really holds the features"])
     return _size(ctx, base, side, made, "input_size", got, rule, want, got,
                  hint=f"set input_size={got}, or project the input to {want} features")
-
-
-def _rnn_hidden(ctx, m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]:
-    if hx is None:
-        return None
-    name = type(m).__name__
-    d = 2 if m.bidirectional else 1
-    lead = [m.num_layers * d]
-    if x.dim() == 3:
-        lead.append(x.shape[0] if m.batch_first else x.shape[1])
-    h_size = m.proj_size if getattr(m, "proj_size", 0) else m.hidden_size
-    wanted = [("h0", lead + [h_size])]
-    states = [hx]
-    if isinstance(m, nn.LSTM):
-        if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-            return Diagnosis(
-                "LSTM expects its state as a tuple (h0, c0)", expected="(h0, c0)", got=type(hx).__name__,
-                hint="pass hx=(h0, c0), or nothing for zeros", rule="LSTM: hx = (h0, c0)", cause="rank",
-            )
-        wanted.append(("c0", lead + [m.hidden_size]))
-        states = list(hx)
-    for (label, want), state in zip(wanted, states):
-        if isinstance(state, torch.Tensor) and _shape(state) != want:
-            got = _shape(state)
-            if not m.batch_first and x.dim() == 3 and x.shape[0] != x.shape[1] and \
-                    got == [want[0], x.shape[0], want[2]]:  # h0 batched as the input's dim 0: batch-first data
-                return Diagnosis(
-                    f"{name} has batch_first=False, so it reads the input {_shape(x)} as (L, N, input_size) with "
-                    f"N = {x.shape[1]}; but {label} {got} has N = {x.shape[0]}, the input's dim 0: the input is "
-                    "(N, L, input_size)", expected=want, got=got, cause="layout",
-                    hint="construct it with batch_first=True (the output is then (N, L, H) too)",
-                    fix=FixStep("set-attr", ctx.path, "batch_first=True", {"name": "batch_first", "value": True}),
-                    alternatives=[f"build {label} as torch.zeros({', '.join(map(str, want))}) — only if dim 0 "
-                                  "of the input really is time"],
-                    rule=f"{name}: input (L, N, input_size) when batch_first=False; {label} [num_layers·D, N, H]",
-                )
-            swapped = len(want) == 3 and got == [want[1], want[0], want[2]]
-            swap = " — it looks like batch-first; use h0.transpose(0, 1).contiguous()" if swapped else ""
-            # a GRU's / RNN's h0 is one argument a pre-hook can transpose; an LSTM's sits in a tuple
-            fix = Lay.permute_fix(ctx, ctx.key("hx", 1), [1, 0, 2], restore=False, var=label) \
-                if swapped and isinstance(state, torch.Tensor) and state is hx else None
-            return Diagnosis(
-                f"{name} expects {label} of shape [num_layers·D, N, H] = {want}, got {got}"
-                + (" (the batch is dim 1 even with batch_first=True)" if m.batch_first else ""),
-                expected=want, got=got, cause="layout" if swapped else "size",
-                hint=f"build {label} as torch.zeros({', '.join(map(str, want))}){swap}", fix=fix,
-                rule=f"{name}: {label} [num_layers·D, N, H], D = {d}, H = {want[-1]}; batch_first never applies to states",
-            )
-    return None
 
 
 # -- embedding --------------------------------------------------------------------------------------

@@ -114,6 +114,8 @@ def mha(ctx) -> Optional[Diagnosis]:
                 return _per_sequence_mask(ctx, m, mask, ok3)
             if L == S and mask.dim() == 2 and mask.shape[0] == mask.shape[1] > L and _causal(mask):
                 return _causal_crop(ctx, mask, L, rule)
+            if n is not None and list(mask.shape) == [n, S] and kpm is None:
+                return _padding_as_attn_mask(ctx, mask, n, S)
             return Diagnosis(
                 f"attn_mask must be (L, S) = {ok2}" + (f" or (N·num_heads, L, S) = {ok3}" if ok3 else "")
                 + f", got {list(mask.shape)}",
@@ -123,6 +125,23 @@ def mha(ctx) -> Optional[Diagnosis]:
                 rule="attn_mask: True / −inf = may not attend; 2-D is shared by every batch and head",
             )
     return None
+
+
+def _padding_as_attn_mask(ctx, mask: torch.Tensor, n: int, S: int) -> Diagnosis:
+    """An (N, S) attn_mask: one row per sequence, one column per key — a padding mask. Its place is
+    ``key_padding_mask``, whose convention in nn.MultiheadAttention is the attn_mask's (bool True, or a
+    float added to the scores, hides a key), so moving it is exact. Building an (L, S) mask instead
+    would make the call run with one mask for every sequence: not what a padding mask says."""
+    key = ctx.key("attn_mask", 5)
+    return Diagnosis(
+        f"attn_mask {list(mask.shape)} is (N, S) = one row per sequence ({n}) and one column per key ({S}): a "
+        "padding mask, passed where a per-query mask (L, S) or (N·num_heads, L, S) is read",
+        expected="(L, S) or (N·num_heads, L, S)", got=list(mask.shape), cause="mask-shape",
+        hint="pass it as key_padding_mask= instead of attn_mask= (same convention: True or −inf hides a key)",
+        fix=FixStep("move-input", ctx.path, "key_padding_mask=attn_mask", {"arg": key, "to_name": "key_padding_mask"}),
+        alternatives=["expanding it to (L, S) would give every sequence one shared mask"],
+        rule="key_padding_mask (N, S); attn_mask (L, S) or (N·num_heads, L, S)",
+    )
 
 
 def _causal(mask: torch.Tensor) -> bool:
@@ -275,10 +294,10 @@ def sdpa(ctx, failed) -> Optional[Diagnosis]:
              "needs mask[:, None, None, :]",
         rule="F.scaled_dot_product_attention: attn_mask broadcasts to (N, heads, L, S); bool True = take part",
     )
-    return _padding_fix(found, mask, q, record, arg) if padding else found
+    return _padding_fix(found, mask, q, record, arg, ctx.passed_at(mask, "attn_mask", 3)[2]) if padding else found
 
 
-def _padding_fix(found: Diagnosis, mask: torch.Tensor, q: torch.Tensor, record, arg) -> Diagnosis:
+def _padding_fix(found: Diagnosis, mask: torch.Tensor, q: torch.Tensor, record, arg, name: str = "") -> Diagnosis:
     """An (N, S) padding mask gets one axis per dim between N and S (heads, queries), values as they
     are: the reshape never changes what True means. A bool mask whose Trues are the minority reads
     as True = padding (nn.MultiheadAttention's key_padding_mask): reshaped as it is, SDPA would
@@ -288,6 +307,14 @@ def _padding_fix(found: Diagnosis, mask: torch.Tensor, q: torch.Tensor, record, 
     code = f"mask{index}"
     found.hint = f"a padding mask (N, S) needs {code}{op_at(record)}: one axis each for " + (
         "the heads and the queries" if extra == 2 else f"the {extra} dims between N and S")
+    if mask.dtype == torch.bool and "padding" in name.lower():  # its own name says True = padding: invert
+        code = f"~{name}{index}"
+        found.message += f"; it is the model's input `{name}`: True = padding (key_padding_mask's convention)"
+        found.hint = f"reshape and invert it: {code}{op_at(record)} (in SDPA a bool True takes part)"
+        found.fix = FixStep("replace-op", record.source or "", code,
+                            op_site(record, arg=arg, to="not:insert:" + ",".join(["1"] * extra)))
+        found.alternatives.append(f"{name}{index} without ~ would attend to the padding only")
+        return found
     if mask.dtype == torch.bool and not keeps(mask):
         found.message += "; most of it is False, so its True may mark padding (key_padding_mask's convention)"
         found.hint += (f"; in SDPA True = take part: use ~mask{index} if True marks padding, "

@@ -16,12 +16,13 @@ from typing import List, Optional
 
 import torch
 
-from layerlab.probe import loss_rules
+from layerlab.probe import join_rules, loss_rules, loss_shape_rules
 from layerlab.probe.einsum_rules import einsum
 from layerlab.probe.context import op_at as _at, op_site as _site, op_tensors, op_text
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import masked_fill, sdpa
 from layerlab.probe.report import Diagnosis, FixStep
+from layerlab.probe.table_rules import table_too_short
 
 _BROADCAST = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "pow", "where",
               "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "add_", "sub_", "mul_", "div_",
@@ -119,6 +120,10 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
     shapes = [list(t.shape) for t in seq]
     dim = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("dim", 0)
     named = [(f"tensors[{i}]", t) for i, t in enumerate(seq)]
+    joined = (join_rules.stack_for_cat(ctx, failed, shapes) if record.op == "stack" else None) \
+        or join_rules.squeezed_batch(ctx, failed, shapes)
+    if joined is not None:
+        return joined
     if record.op == "stack":
         bad = next(i for i, s in enumerate(shapes) if s != shapes[0])
         return Diagnosis(
@@ -173,7 +178,7 @@ def broadcast(ctx, failed) -> Optional[Diagnosis]:
     message = (f"`{op_text(record)}`{_at(record)} broadcasts a {list(a.shape)} with b {list(b.shape)}: "
                f"sizes must be equal or 1 from the right, but {dims}; " + ctx.origins(named))
     fix, hint = _branch_width_fix(ctx, a, b, clash[-1] - r)
-    hint = hint or _slice_hint(ctx, a, b, clash[-1] - r)
+    hint = hint or table_too_short(ctx, a, b, clash[-1] - r) or _slice_hint(ctx, a, b, clash[-1] - r)
     if sorted(a.shape) == sorted(b.shape) and a.dim() == b.dim() and fix is None:
         hint = "the operands hold the same sizes in another order: one of them is transposed — permute it to match"
     return Diagnosis(
@@ -396,8 +401,9 @@ def diagnose_op(ctx, failed) -> Optional[Diagnosis]:
         return matmul(ctx, failed)
     if op == "einsum":
         return einsum(ctx, failed)
-    if op in loss_rules.OPS:
-        return loss_rules.cross_entropy_op(ctx, failed)
+    if op in loss_rules.OPS or op in loss_shape_rules.BCE:
+        return (loss_rules.cross_entropy_op(ctx, failed) if op in loss_rules.OPS else None) \
+            or loss_shape_rules.loss_op(ctx, failed)
     if op in _INDEX:
         return index(ctx, failed)
     if op in _BROADCAST or name in _BROADCAST:

@@ -207,8 +207,8 @@ class OpTrace(TorchFunctionMode):
             record.code = linecache.getline(file, line).strip() or None
             record.file, record.line = file, line  # not dataclass fields: kept out of the JSON
             if _is_method(record, args) and record.code:
-                found = re.search(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])?)\s*\.\s*" + re.escape(name) + r"\s*\(", record.code)
-                record.receiver = found.group(1) if found else None
+                found = set(re.findall(r"([A-Za-z_][\w.]*(?:\[[^\]]*\])?)\s*\.\s*" + re.escape(name) + r"\s*\(", record.code))
+                record.receiver = found.pop() if len(found) == 1 else None  # two receivers on one line: unknown
         for operand in record.inputs:  # "x" for the tensor a method was called on, arg1, arg2[0] … else
             head, bracket, rest = operand.name.partition("[")
             if head == "0" and record.receiver:
@@ -231,7 +231,17 @@ class OpTrace(TorchFunctionMode):
             slot = self.recorder._slot_of(t)
             if slot is not None:
                 from_call = self.recorder.slot_producer[slot]
-        return Operand(name=name, shape=list(t.shape), dtype=dtype_name(t.dtype), from_call=from_call, from_op=from_op)
+        operand = Operand(name=name, shape=list(t.shape), dtype=dtype_name(t.dtype), from_call=from_call, from_op=from_op)
+        if isinstance(t, torch.nn.Parameter) and from_op is None and from_call is None:
+            operand.parameter = self._parameter_name(t)  # not a dataclass field: kept out of the JSON
+        return operand
+
+    def _parameter_name(self, t: torch.Tensor) -> Optional[str]:
+        root = getattr(self.recorder, "root", None)
+        for qualified, value in (root.named_parameters() if root is not None else ()):
+            if value is t:
+                return qualified
+        return None
 
     def made_by(self, t: torch.Tensor) -> Tuple[Optional[int], Optional[int]]:
         """``(op index, call index)``: what produced ``t`` (both ``None`` for a model input)."""

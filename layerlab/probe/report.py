@@ -195,8 +195,9 @@ class FixStep:
     ``reshape-input`` (``op``: flatten/unsqueeze, ``repeat_interleave`` of a per-batch mask over the
     heads, ``first``: the first element of a tuple the module was given), ``cast-input``
     (``to``: long/bool/eq0, ``crop:L,S`` / ``narrow:dim:n`` to cut a mask or a sequence),
-    ``set-arg`` (rebuild the module with ``name=value``), ``set-attr`` (``name=value`` on the
-    module, dotted names allowed), ``call-kwarg`` (add ``name=value`` to the module's calls),
+    ``set-arg`` (rebuild the module with ``name=value``, and ``also``: more arguments changed with
+    it), ``set-attr`` (``name=value`` on the module, dotted names allowed), ``call-kwarg`` (add
+    ``name=value`` to the module's calls), ``move-input`` (pass the argument ``arg`` as ``to_name``),
     ``replace-op`` (at ``site``: another op or argument for that one call).
     """
 

@@ -126,6 +126,10 @@ def verify(module, args, kwargs, seed, mode, first, budget_s: float) -> Optional
         d = diagnose(ctx)
         where = location(ctx)
         message = d.message if d is not None else f"{type(ctx.exc).__name__}: {_first_line(ctx.exc)}"
+        if first.fix.params.get("alone"):  # a fix that must work by itself: no resizing after it
+            then.append(VerifiedStep(where, message, None))
+            return Verification("still-fails", steps, then, note="the fix alone does not make the model run: "
+                                "it may not be the right one")
         if d is None or d.fix is None or (d.fix.where, d.fix.code) in applied:
             then.append(VerifiedStep(where, message, None))
             return Verification("still-fails", steps, then,
