@@ -14,24 +14,80 @@ the user's own loss at ``log(a / Σ a)`` (:func:`~layerlab.train.floor._value`),
 weights and normalisation are torch's, not a copy of them. A position whose class index is
 ``ignore_index`` counts for nothing (``a = 0``; its own best prediction is arbitrary).
 
+Your own function that calls ``F.cross_entropy(..., label_smoothing=ε)`` is recognised in its first loss
+graph (:func:`read_graph`), and its floor is then found the same way, with your function.
+
 When every sample gives the same prediction (:func:`~layerlab.train.floor.constant_floor`), the best
 constant is ``Σ_i a_i`` normalised: the same argument on the summed coefficients.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["settings", "coefficients", "best"]
+__all__ = ["settings", "coefficients", "best", "Read", "read_graph", "adopt"]
+
+
+class Read:
+    """The user's own loss function, with the cross-entropy settings its first loss graph showed
+    (:func:`read_graph`): called exactly as the function itself."""
+
+    def __init__(self, fn: Any, found: dict) -> None:
+        self.fn, self.found = fn, found
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, prediction: Any, target: Any) -> Any:
+        return self.fn(prediction, target)
+
+
+def read_graph(value: Any, shape: Sequence[int]) -> Optional[dict]:
+    """The settings of ``F.cross_entropy(..., label_smoothing=ε)`` called inside your own loss function, read
+    in its first loss's graph: torch computes it as ``(1 − ε)·nll(log_softmax) + (ε / C)·smooth`` — an add of
+    two constant factors, one on a ``nll_loss`` of a ``log_softmax``. ``None`` unless exactly that, with
+    ``ε / C`` consistent with the prediction's class count (``shape``)."""
+    node = getattr(value, "grad_fn", None)
+    if node is None or type(node).__name__ != "AddBackward0" or len(shape) == 0:
+        return None
+    terms = [n for n, _ in node.next_functions]
+    if len(terms) != 2 or any(t is None or type(t).__name__ != "MulBackward1" or not t.next_functions
+                              or not isinstance(getattr(t, "_saved_other", None), (int, float)) for t in terms):
+        return None
+    nll = [i for i, t in enumerate(terms) if type(t.next_functions[0][0]).__name__.startswith("NllLoss")]
+    if len(nll) != 1:
+        return None
+    loss = terms[nll[0]].next_functions[0][0]
+    eps, share = 1.0 - float(terms[nll[0]]._saved_other), float(terms[1 - nll[0]]._saved_other)
+    classes = int(shape[1 if len(shape) >= 2 else 0])
+    if not 0 < eps < 1 or not math.isclose(share * classes, eps, rel_tol=1e-5) or not loss.next_functions or \
+            type(loss.next_functions[0][0]).__name__ != "LogSoftmaxBackward0":
+        return None
+    ignore = int(loss._saved_ignore_index)  # saved as an unsigned 64-bit integer
+    weight = loss._saved_weight
+    return {"weight": weight if isinstance(weight, torch.Tensor) else None, "label_smoothing": eps,
+            "ignore_index": ignore - 2 ** 64 if ignore >= 2 ** 63 else ignore}
+
+
+def adopt(objective: Any, value: Any, shape: Sequence[int]) -> None:
+    """Wrap the objective's own loss function in :class:`Read` when its first loss graph is a smoothed
+    cross-entropy that :func:`settings` does not know by identity (so its floor can be found)."""
+    fn = getattr(objective, "fn", None)
+    if fn is None or settings(fn) is not None:
+        return
+    found = read_graph(value, shape)
+    if found is not None:
+        objective.fn = Read(fn, found)
 
 
 def settings(fn: Any) -> Optional[dict]:
     """``weight``, ``label_smoothing``, ``ignore_index`` of torch's cross-entropy ``fn``; ``None`` for another loss.
     ``F.cross_entropy`` called as ``fn(prediction, target)`` uses its defaults."""
+    if isinstance(fn, Read):
+        return fn.found
     if fn is F.cross_entropy:
         return {"weight": None, "label_smoothing": 0.0, "ignore_index": -100}
     if isinstance(fn, nn.CrossEntropyLoss):

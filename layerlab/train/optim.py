@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from layerlab.errors import Problem, UsageError
+from layerlab.errors import LayerlabError, Problem, UsageError
+from layerlab.spec.limits import clean_text
 
 __all__ = ["OPTIMIZERS", "DEFAULT_LR", "build_optimizer", "optimizer_names", "decay_finding"]
 
@@ -48,12 +49,12 @@ def build_optimizer(optimizer: Any, lr: Optional[float], copy: torch.nn.Module,
                              where="optimizer", hint=hint)
         return _CLASSES[name](params, lr=rate), f"{name} (lr {rate:g})", rate
     if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
-        opt = optimizer(params, lr=lr) if lr is not None else optimizer(params)
+        opt = _called(lambda: optimizer(params, lr=lr) if lr is not None else optimizer(params), optimizer.__name__)
         return opt, f"{optimizer.__name__} (lr {opt.param_groups[0].get('lr')})", opt.param_groups[0].get("lr")
     if isinstance(optimizer, torch.optim.Optimizer):
         return _rebuild(optimizer, copy, original)
     if callable(optimizer):
-        opt = optimizer(copy)
+        opt = _called(lambda: optimizer(copy), "the optimizer factory")
         if not isinstance(opt, torch.optim.Optimizer):
             raise UsageError("an optimizer factory must return a torch.optim.Optimizer", where="optimizer",
                              got=type(opt).__name__, hint="optimizer=lambda model: torch.optim.Adam(model.parameters())")
@@ -61,6 +62,21 @@ def build_optimizer(optimizer: Any, lr: Optional[float], copy: torch.nn.Module,
         return opt, f"{type(opt).__name__} (yours, lr {opt.param_groups[0].get('lr')})", None
     raise UsageError("optimizer is a name, an Optimizer class, a factory f(model) or an Optimizer",
                      where="optimizer", expected=" | ".join(OPTIMIZERS), got=type(optimizer).__name__)
+
+
+def _called(make: Any, who: str) -> torch.optim.Optimizer:
+    """``make()``, with an exception from the user's optimizer code turned into one clear line."""
+    try:
+        return make()
+    except LayerlabError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — the user's code: say what it raised, not a traceback
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        hint = ("model.parameters() is a generator: once iterated (counted, filtered, logged) it yields nothing; "
+                "build the optimizer on list(model.parameters()) or call model.parameters() again"
+                if "empty parameter list" in text else "the optimizer is built on the model copy this check trains")
+        raise UsageError(f"{who} raised {type(exc).__name__}: {clean_text(text, 300)}", where="optimizer",
+                         hint=hint) from None
 
 
 def _rebuild(opt: torch.optim.Optimizer, copy: torch.nn.Module,
@@ -79,9 +95,11 @@ def _rebuild(opt: torch.optim.Optimizer, copy: torch.nn.Module,
         held = {id(p) for group in opt.param_groups for p in group["params"]}
         missing = [n for n, p in original.named_parameters() if id(p) not in held and p.requires_grad]
         shown = ", ".join(missing[:4]) + (" …" if len(missing) > 4 else "")
+        held_all = sum(len(group["params"]) for group in opt.param_groups)
+        cause = ("it was built on another instance of the model (re-created, deep-copied or loaded after the "
+                 "optimizer was built)" if len(stray) == held_all else "a layer replaced after the optimizer was built?")
         raise UsageError(f"the optimizer holds {len(stray)} tensor(s) that are not parameters of this model"
-                         + (f", and none of the model's {shown}: a layer replaced after the optimizer was built?"
-                            if missing else ""), where="optimizer",
+                         + (f", and none of the model's {shown}: {cause}" if missing else ""), where="optimizer",
                          got=", ".join(f"a tensor of shape {list(p.shape)}" for p in stray[:4]),
                          hint="build the optimizer after the model is final, on model.parameters()")
     for group in opt.param_groups:
@@ -118,22 +136,43 @@ def _pull(opt: torch.optim.Optimizer, group: Dict[str, Any]) -> Optional[float]:
     return None
 
 
-def decay_finding(opt: torch.optim.Optimizer, steps: int, fit: str) -> Optional[Problem]:
+def decay_finding(opt: torch.optim.Optimizer, steps: int, fit: str,
+                  model: Optional[torch.nn.Module] = None) -> Optional[Problem]:
     """Weight decay that alone would shrink the weights below half their size within this run, when the
-    loss did not overfit: the decay pulls the weights towards 0 faster than the gradient can move them."""
+    loss did not overfit: the decay pulls the weights towards 0 faster than the gradient can move them.
+    ``model``: names the group's parameters (a group of norm weights and biases gets the usual fix)."""
     if fit == "overfits":
         return None
+    names = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
     for i, group in enumerate(opt.param_groups):
         pull = _pull(opt, group)
         if pull is None:
             continue
         left = max(0.0, 1.0 - pull) ** steps
         if left < 0.5:
-            return Problem("weight-decay", f"param group {i}: weight_decay {group['weight_decay']:g} at lr "
+            held = [names[id(p)] for p in group["params"] if id(p) in names]
+            where, what, hint = _decayed(held, model)
+            return Problem("weight-decay", f"param group {i}{what}: weight_decay {group['weight_decay']:g} at lr "
                            f"{group['lr']:g} shrinks the weights by lr·weight_decay = {pull:.3g} of their size "
                            f"every step, to {left:.2g} of it over {steps} steps from the decay alone: it pulls the "
-                           "weights to 0 faster than the gradient moves them", where="optimizer", severity="error",
-                           hint="weight decay is usually 1e-4 … 0.1 (lr·weight_decay ≪ 1e-2 per step); lower it",
-                           data={"group": i, "weight_decay": group["weight_decay"], "lr": group["lr"],
-                                 "pull": pull})
+                           "weights to 0 faster than the gradient moves them", where=where, severity="error",
+                           hint="weight decay is usually 1e-4 … 0.1 (lr·weight_decay ≪ 1e-2 per step); lower it"
+                           + hint, data={"group": i, "weight_decay": group["weight_decay"], "lr": group["lr"],
+                                         "pull": pull, "params": held})
     return None
+
+
+_NORMS = (torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.modules.batchnorm._NormBase)
+
+
+def _decayed(held: List[str], model: Optional[torch.nn.Module]) -> Tuple[str, str, str]:
+    """``(where, " (its parameters)", extra hint)`` for a decayed group: the module when they share one."""
+    if not held or model is None:
+        return "optimizer", "", ""
+    owners = sorted({n.rpartition(".")[0] or "(root)" for n in held})
+    shown = ", ".join(held[:5]) + (f" … ({len(held)} in all)" if len(held) > 5 else "")
+    modules = dict(model.named_modules())
+    norm_or_bias = all(n.endswith("bias") or isinstance(modules.get(n.rpartition(".")[0]), _NORMS) for n in held)
+    hint = ("; this group holds only norm weights and biases, which are usually not decayed at all "
+            "(weight_decay=0 for them)" if norm_or_bias else "")
+    return (owners[0] if len(owners) == 1 else "optimizer"), f" ({shown})", hint

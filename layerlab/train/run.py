@@ -31,8 +31,9 @@ from layerlab.errors import CheckFailed, LayerlabError, Problem, UsageError
 from layerlab.target.bind import describe, map_args
 from layerlab.target.copying import copy_model
 from layerlab.spec.limits import clean_text
-from layerlab.train import (constant_output, diverge, fit, floor, forward_blame, frozen, high_dropout, loss as L,
-                            no_signal, output_range, recreated, replay, squashed, summed, unregistered, vanishing)
+from layerlab.train import (ce_floor, constant_output, copy_target, diverge, fit, floor, forward_blame, frozen,
+                            high_dropout, loss as L, no_signal, optimizer_step, output_range, recreated, replay,
+                            squashed, summed, unregistered, vanishing)
 from layerlab.train.objective import build_objective, loss_value
 from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
@@ -205,6 +206,7 @@ class _Run:
         self.floor = None  # why the default random target is out of the prediction's reach (output_range.py)
         self.same: List[bool] = []  # the prediction equal for every sample, at the first and the last step
         self.shape = None  # the prediction's shape (a cross-entropy's class count, for its floor: floor.py)
+        self.loop = optimizer_step.LoopWatch(opt, self.tracker.ids)  # zero_grad that clears nothing, a shrunk step
 
     def go(self, make_objective: Callable[[Any], L.Objective]) -> L.Objective:
         objective = None
@@ -213,6 +215,7 @@ class _Run:
                 if self.progress is not None:
                     self.progress("train", step, self.steps)
                 self.opt.zero_grad(set_to_none=True)
+                self.loop.zeroed(step)
                 out = self._forward(step)
                 if objective is None:
                     objective = make_objective(out)
@@ -223,10 +226,11 @@ class _Run:
                     self.early = unregistered.findings(self.model, unregistered.leaves([value]))
                     self.summed = summed.detect(value)
                     wrong_input = squashed.findings(objective, L.select(out, objective.output_path),
-                                                    self.watch.made_by)
+                                                    self.watch.made_by, value)
                     self.early += [wrong_input] if wrong_input is not None else []
                     pred, first = L.select(out, objective.output_path), float(value.detach())
                     self.shape = tuple(pred.shape)
+                    ce_floor.adopt(objective, value, self.shape)  # your function's label smoothing: its floor
                     self.early += recreated.findings(self.model, self.identity) + output_range.findings(
                         objective, pred, first, self.watch.made_by)
                     self.floor = output_range.default_target_floor(objective, pred, first, self.watch.made_by)
@@ -244,7 +248,9 @@ class _Run:
                     self.nonfinite = self._locate(objective, step, "gradient", bad)
                     break
                 self.tracker.before_update()
+                self.loop.stepping(step)
                 self.opt.step()
+                self.loop.stepped(step)
                 blown = self.tracker.after_update()
                 if blown:
                     rate = self.opt.param_groups[0].get("lr")
@@ -353,9 +359,9 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
              and not (empty is not None and f.code == "zero-grad")]  # said once, by the finding with the cause
     flags.extend(found)
     no_signal.all_padding(model, positional, keyword, flags, verdict.verdict, run.same)
-    flags.extend(run.early)
-    decay = decay_finding(opt, steps, verdict.verdict)
-    flags.extend([decay] if decay is not None else [])
+    flags.extend(run.early + [f for f in [copy_target.finding(objective, args)] if f is not None])
+    decay = decay_finding(opt, steps, verdict.verdict, model)
+    flags.extend(([decay] if decay is not None else []) + run.loop.findings(verdict.verdict))
     _status_from_findings(tracker, found + [f for f in run.early if f.code == "recreated-in-forward"])
     for g in tracker.groups if empty is not None else []:
         g.status = "no-signal" if g.status == "ok" else g.status
@@ -363,6 +369,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
                                            default_lr=rate if default_lr else None)
                  if empty is None or f.code != "not-learning")  # no gradient at all: not a step-size matter
     vanishing.amend(flags, tracker.groups, model)
+    optimizer_step.point_hints(flags)
     idle = frozen.mode_findings(model)
     if idle is not None:
         flags.append(idle)
@@ -400,7 +407,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
 #: findings that mean parameters cannot learn, whatever the number of steps
 _STUCK = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output", "unregistered", "double-softmax",
           "output-range", "target-broadcast", "recreated-in-forward", "no-signal",
-          "double-sigmoid", "weight-decay")
+          "double-sigmoid", "weight-decay", "step-shrunk")
 
 
 def _status_from_findings(tracker: Tracker, found: List[Problem]) -> None:

@@ -8,6 +8,10 @@ applies the sigmoid itself. What is seen is certain, not guessed: the autograd n
 prediction (``SoftmaxBackward0``, ``SigmoidBackward0``), looked for through ops that only move or
 reshape values (a ``squeeze``, a ``view``). ``log_softmax`` (for ``nll``) and a sigmoid before
 ``BCELoss`` are what those losses want, and are not flagged.
+
+A loss given as your own function (``lambda p, t: F.cross_entropy(p, t, label_smoothing=0.1)``) is
+read the same way, in the first step's loss graph: a ``log_softmax`` (what ``cross_entropy`` computes
+first) or a ``binary_cross_entropy_with_logits`` node whose input is the squashing node itself.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ _SHAPE_ONLY = ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", 
                "PermuteBackward0", "SelectBackward0", "SliceBackward0", "CloneBackward0", "ExpandBackward0",
                "CatBackward0", "StackBackward0", "FlattenBackward0")
 _SQUASH = {"SoftmaxBackward0": "softmax", "SigmoidBackward0": "sigmoid"}
+#: the loss-graph node that applies each activation itself (cross_entropy starts with log_softmax)
+_APPLIES = {"LogSoftmaxBackward0": "softmax", "BinaryCrossEntropyWithLogitsBackward0": "sigmoid"}
+_GRAPH_NODES = 200  # a loss's own graph is small: how far to look for the node above
 
 
 def _logits_loss(name: str, fn: Any) -> Optional[str]:
@@ -36,6 +43,34 @@ def _logits_loss(name: str, fn: Any) -> Optional[str]:
     if fn is F.binary_cross_entropy_with_logits or isinstance(fn, torch.nn.BCEWithLogitsLoss):
         return "sigmoid"
     return None
+
+
+def _applied_in_graph(value: Any, squash_node: Any) -> Optional[str]:
+    """Which activation a loss function applies to ``squash_node``'s output, read in the loss graph."""
+    if squash_node is None or not isinstance(value, torch.Tensor) or value.grad_fn is None:
+        return None
+    todo, seen = [value.grad_fn], set()
+    while todo and len(seen) < _GRAPH_NODES:
+        node = todo.pop()
+        if node is None or node in seen or node is squash_node:
+            continue
+        seen.add(node)
+        kind = _APPLIES.get(type(node).__name__)
+        if kind is not None and node.next_functions:
+            first = node.next_functions[0][0]
+            if maker_node(first) is squash_node:
+                return kind
+        todo.extend(n for n, _ in node.next_functions)
+    return None
+
+
+def maker_node(node: Any) -> Any:
+    """The first node at or below ``node`` that is not a shape-only op (at most 8 of them)."""
+    hops = 0
+    while node is not None and hops < 8 and type(node).__name__ in _SHAPE_ONLY:
+        node = node.next_functions[0][0] if node.next_functions else None
+        hops += 1
+    return node
 
 
 def maker(pred: torch.Tensor, wanted: Dict[str, Any]) -> Tuple[Any, Any]:
@@ -58,15 +93,19 @@ def _last_op(pred: torch.Tensor) -> Tuple[Optional[str], Any]:
     return maker(pred, _SQUASH)
 
 
-def findings(objective: Any, pred: torch.Tensor, made_by: List[Tuple[Any, str]]) -> Optional[Problem]:
+def findings(objective: Any, pred: torch.Tensor, made_by: List[Tuple[Any, str]],
+             value: Any = None) -> Optional[Problem]:
     """An error when the prediction was squashed by the activation the loss applies itself.
     ``made_by``: (autograd node, the module whose output it made) pairs (an ``nn.Softmax`` is named;
-    ``F.softmax`` called in a forward is not a module, and the output the loss reads is named instead)."""
-    applies = _logits_loss(getattr(objective, "loss_name", ""), getattr(objective, "fn", None))
-    if applies is None or not isinstance(pred, torch.Tensor):
+    ``F.softmax`` called in a forward is not a module, and the output the loss reads is named instead).
+    ``value``: the first step's loss, read for a loss function layerlab does not know by name."""
+    if not isinstance(pred, torch.Tensor):
         return None
     op, node = _last_op(pred)
-    if op != applies:
+    applies = _logits_loss(getattr(objective, "loss_name", ""), getattr(objective, "fn", None))
+    if applies is None and op is not None:
+        applies = _applied_in_graph(value, node)
+    if applies is None or op != applies:
         return None
     module = next((path for made, path in made_by if made is node), None)
     loss = "cross_entropy" if applies == "softmax" else "BCEWithLogitsLoss"

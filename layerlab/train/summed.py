@@ -48,12 +48,35 @@ class Summed:
     how: str
 
 
+#: a constant factor (``0.9 * loss``, ``loss / 2``) keeps a sum a sum: looked through
+_SCALED = ("MulBackward1", "DivBackward1")
+#: a weighted sum of losses (``cross_entropy(label_smoothing=ε)`` is (1 − ε)·nll + ε/C·Σ −log p): summed
+#: when every term is
+_ADDED = ("AddBackward0", "SubBackward0")
+
+
 def detect(value: torch.Tensor) -> Optional[Summed]:
     """Read the first step's loss: a sum over more than one element, or ``None``."""
-    node = getattr(value, "grad_fn", None)
-    if node is None:
+    return _node(getattr(value, "grad_fn", None), 0)
+
+
+def _node(node: Any, depth: int) -> Optional[Summed]:
+    if node is None or depth > 6:
         return None
     name = type(node).__name__
+    if name in _SCALED:
+        return _node(node.next_functions[0][0], depth + 1) if node.next_functions else None
+    if name in _ADDED:
+        terms = [_node(n, depth + 1) for n, _ in node.next_functions if n is not None]
+        if not terms or any(t is None for t in terms):
+            return None
+        main = max(terms, key=lambda t: t.count)
+        smoothed = len(terms) > 1 and any(t.how.startswith("cross_entropy") for t in terms)
+        return Summed(main.count, "cross_entropy with label_smoothing and reduction='sum'" if smoothed else main.how)
+    return _leaf(node, name)
+
+
+def _leaf(node: Any, name: str) -> Optional[Summed]:
     count = None
     if name == "SumBackward0":  # a full .sum(); SumBackward1 (sum over dims) is not a scalar loss's root
         sizes = getattr(node, "_saved_self_sym_sizes", None)
