@@ -5,6 +5,13 @@ onnxruntime the cell is ``skip`` and says how to enable it. With onnxscript the 
 torch's default one (``dynamo=True``: torch.export, then onnxscript's translation); without it,
 the TorchScript-based exporter (``dynamo=False``), whose model is fed to an
 ``onnxruntime.InferenceSession`` input by input.
+
+The model is exported with static shapes (``torch.onnx.export``'s default) and run on the example
+only: a pass says nothing about other batch sizes (the ``export(dyn B)`` column does). A torch
+transformer layer whose eager output under ``no_grad`` differs from onnxruntime's only by its
+inference fast path (padded positions 0) passes, and the reason says so. When the exporter raises,
+:mod:`layerlab.deploy.onnx_failure` names its step, the op without an ONNX translation and the
+user's line.
 """
 
 from __future__ import annotations
@@ -49,14 +56,7 @@ def onnx(ctx: Context) -> PathResult:
             with torch.no_grad():
                 run = _export_dynamo(module, pos, kw) if dynamo else _export_legacy(module, pos, kw)
         except Exception as exc:
-            from layerlab.deploy.hints import output_hint
-
-            return PathResult("onnx", Status.FAIL, f"torch.onnx.export raised: {first_line(exc)}",
-                              where=user_location(str(exc)), rtol=ctx.rtol, atol=ctx.atol,
-                              hint=output_hint(exc, ctx.eager_out, "onnx")
-                              or "an op without an ONNX translation, or a graph torch.export cannot capture "
-                                 "(see the export column)",
-                              details=dict(details, exception=type(exc).__name__, message=str(exc)[:2000]))
+            return _export_failed(ctx, exc, dynamo, details)
         try:
             with ctx.seeded():  # as every run compared with eager
                 got = run(pos, kw)
@@ -68,8 +68,34 @@ def onnx(ctx: Context) -> PathResult:
     if not ok:
         return PathResult("onnx", Status.FAIL, f"onnxruntime's outputs differ from eager: {problem}",
                           matches_eager=False, comparisons=comps, rtol=ctx.rtol, atol=ctx.atol, details=details)
-    return PathResult("onnx", Status.PASS, "exported; onnxruntime equals eager", matches_eager=True,
+    reason = "exported (static shapes); onnxruntime equals eager on the example"
+    if not ctx._compare(got, ctx.eager_out)[0]:  # equal only to eager's autograd-on behaviour
+        reason += (" with autograd on; under torch.no_grad() eager takes torch's inference fast path, which "
+                   "leaves padded positions 0 where the ONNX model computes them (torch leaves them undefined)")
+        details["fast_path_differs"] = True
+    return PathResult("onnx", Status.PASS, reason, matches_eager=True,
                       comparisons=comps, rtol=ctx.rtol, atol=ctx.atol, details=details)
+
+
+def _export_failed(ctx: Context, exc: BaseException, dynamo: bool, details: Dict[str, Any]) -> PathResult:
+    """A FAIL naming the exporter's step, the op and the user's line where the exception allows
+    (:mod:`layerlab.deploy.onnx_failure`); an output torch cannot flatten gets its own hint."""
+    from layerlab.deploy.hints import output_hint
+    from layerlab.deploy.onnx_failure import diagnose
+
+    def capture():
+        pos, kw = ctx.split()
+        return torch.export.export(ctx.fresh(), tuple(pos), kwargs=kw or None)
+
+    found = diagnose(exc, ctx.module, ctx.eager_out, capture) if dynamo else None
+    if found is not None:
+        reason, where, hint = found
+    else:
+        reason, where = f"torch.onnx.export raised: {first_line(exc)}", user_location(str(exc))
+        hint = (output_hint(exc, ctx.eager_out, "onnx")
+                or "an op without an ONNX translation, or a graph torch.export cannot capture (see the export column)")
+    return PathResult("onnx", Status.FAIL, reason, where=where, rtol=ctx.rtol, atol=ctx.atol, hint=hint,
+                      details=dict(details, exception=type(exc).__name__, message=str(exc)[:2000]))
 
 
 def _export_dynamo(module, pos, kw):
