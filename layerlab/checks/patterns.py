@@ -172,7 +172,10 @@ def _ratio(a: Tensor, e: Tensor, sizes: List[int]) -> Optional[Pattern]:
         return None
     r = a[big] / e[big]
     c = float(r.median())
-    if abs(c - 1) < 1e-6 or float((r - c).abs().max()) > 1e-4 * abs(c):
+    # "constant" only if the spread is small next to how far c is from 1 too: a ratio of 0.99999 that
+    # varies by 1e-5 between rows (another eps under a norm's square root) is not one factor
+    spread = float((r - c).abs().max())
+    if abs(c - 1) < 1e-6 or spread > 1e-4 * abs(c) or spread > 1e-2 * abs(c - 1):
         return None
     name, hint = _explain_factor(c, sizes)
     text = f"constant ratio ours/reference = {c:.5g}" + (f" ≈ {name}" if name else "")
@@ -198,6 +201,9 @@ def _explain_factor(c: float, sizes: List[int]) -> Tuple[Optional[str], str]:
         for value, name in ((math.sqrt(n), f"√N with N={n}"), (1 / math.sqrt(n), f"1/√N with N={n}")):
             if close(value):
                 return name, f"a 1/√{n} scale missing or applied twice (e.g. attention's 1/√d_head)?"
+    if abs(c - 1) < 1e-3:  # too close to 1 for a missing scale: a small constant differs
+        return None, (f"every element is off by the same factor {c:.7g}, within 0.1% of 1: a small constant "
+                      "differs (an eps inside a norm's square root, a scale near 1)")
     return None, f"every element is off by the same factor {c:.5g}: a scale is missing or wrong"
 
 
@@ -242,8 +248,8 @@ def _localised(bad: Tensor, gates: Optional[Tuple[str, ...]], time_dim: Optional
         rows = _indices(bad, dim)
         if bad.shape[dim] > 1 and len(rows) < bad.shape[dim]:
             return Pattern("indices", f"only indices {_ranges(rows)} of {bad.shape[dim]} along dim {dim} differ",
-                           f"the difference is confined to those indices along dim {dim}: find what treats them "
-                           "apart from the others", {"dim": dim, "indices": rows[:64]})
+                           f"the difference is confined to indices {_ranges(rows)} of {bad.shape[dim]} along dim "
+                           f"{dim}: find what treats them apart from the others", {"dim": dim, "indices": rows[:64]})
     return None
 
 

@@ -50,7 +50,7 @@ def assemble(base: DdpReport, module: torch.nn.Module, single: Any, results: Lis
                                     first_step_unaveraged=any(f.severity == "error" for f in first))
     report.findings += unused + first
     report.findings += checks.shape_findings(single.shards, results)
-    report.params = gradient_rows(single, results, cmp)
+    report.params = gradient_rows(single, results, cmp, {n: list(p.shape) for n, p in module.named_parameters()})
     flow = any(f.title == "rank-dependent control flow" for f in unused)
     report.findings += gradient_findings(module, single, results, report.params, cmp, flow)
     report.buffers = checks.buffer_rows(results)

@@ -115,15 +115,20 @@ def rank_weights(S: Grads, shards: List[Grads], cmp: Comparer) -> Optional[List[
     return [float(v) for v in c] if all(cmp.close(k, fit[k], S[k]) for k in names) else None
 
 
-def gradient_rows(single: Any, results: List[Dict[str, Any]], cmp: Comparer) -> List[ParamRow]:
+def gradient_rows(single: Any, results: List[Dict[str, Any]], cmp: Comparer,
+                  shapes: Optional[Dict[str, List[int]]] = None) -> List[ParamRow]:
+    """One row per parameter; ``shapes`` (name → the parameter's shape) gives the shape of a parameter
+    that got no gradient anywhere (an unused one), which no gradient can tell."""
     S = single.full.grads
+    shapes = shapes or {}
     rows = []
     G = [r["ddp"]["grads"] for r in results]
     for name, s in S.items():
         unused_on = [r["rank"] for r in results if r["local"]["grads"].get(name) is None]
         g0 = G[0].get(name)
         ranks_diff = max((cmp.diff(g.get(name), g0) for g in G[1:]), default=0.0)
-        row = ParamRow(name=name, shape=list((s if s is not None else g0 if g0 is not None else torch.empty(0)).shape),
+        shape = shapes.get(name) or list((s if s is not None else g0 if g0 is not None else torch.empty(0)).shape)
+        row = ParamRow(name=name, shape=shape,
                        unused_on=unused_on, ranks_diff=ranks_diff, single_diff=cmp.diff(g0, s),
                        single_scale=float(s.abs().max()) if s is not None and s.numel() else 0.0)
         if not all(cmp.close(name, g.get(name), g0) for g in G[1:]):

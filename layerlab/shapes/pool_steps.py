@@ -65,9 +65,9 @@ def _ceil_notes(ex: Explanation, name: str, L: int, k: int, s: int, p: int, d: i
         past = start + E - (L + 2 * p)
         ex.notes.append(ShapeNote(
             "ceil-extra-window",
-            f"{name}: ceil_mode adds window {out - 1} (floor mode gives {floor_out}); it starts at padded "
-            f"position {start} and reads {past} position(s) past the end of the padded input, "
-            "which are ignored.",
+            f"{name}: ceil_mode adds a last window (index {out - 1}: {out} windows, floor mode gives "
+            f"{floor_out}); it starts at padded position {start} and reads {past} position(s) past the end of "
+            "the padded input, which are ignored.",
             dim=name, severity="info", data={"window": out - 1, "start": start, "past_end": past},
         ))
 
