@@ -9,7 +9,7 @@ the model's ``forward``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from layerlab.errors import SpecError, UsageError
 from layerlab.spec.args import check_args
@@ -44,12 +44,16 @@ def validate(
     allow_import: bool = False,
     base_dir: Optional[str] = None,
     overrides: Optional[Overrides] = None,
+    other_keys: Sequence[str] = (),
 ) -> Spec:
-    """Check ``data`` (from :func:`~layerlab.spec.load.parse_yaml`) and return the :class:`Spec`."""
+    """Check ``data`` (from :func:`~layerlab.spec.load.parse_yaml`) and return the :class:`Spec`.
+
+    ``other_keys``: top-level keys the caller read (and removed) itself, such as the per-command
+    sections: a misspelt one is then offered as "did you mean" too."""
     if not isinstance(data, dict):
         raise type_error("a spec", data, "a mapping with layer: or block:", marks(),
                          hint="start the file with `layer: Conv2d` or `block:`")
-    check_keys(data, TOP_KEYS, marks, (), "the spec")
+    check_keys(data, (*TOP_KEYS, *other_keys), marks, (), "the spec")
     data = _build_as_layer(data, marks, ())
     if "layer" in data and "block" in data:
         raise SpecError("a spec has layer: or block:, not both", where=marks("block"),

@@ -115,7 +115,8 @@ def _from_spec(path: str, *, overrides: Any, allow_import: bool, strict: bool, w
     if isinstance(data, dict):
         extra = {k: data.pop(k) for k in (*SPEC_KEYS, *SECTION_KEYS) if k in data}
     base_dir = str(Path(path).resolve().parent)
-    spec = validate(data, marks, allow_import=allow_import, base_dir=base_dir, overrides=overrides)
+    spec = validate(data, marks, allow_import=allow_import, base_dir=base_dir, overrides=overrides,
+                    other_keys=(*SPEC_KEYS, *SECTION_KEYS))
     built = build(spec)
     module = built.module
     module.train(built.mode == "train")

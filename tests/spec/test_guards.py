@@ -359,3 +359,13 @@ def test_a_lazy_layer_passes_the_memory_guard_and_runs(cli):
     lazy(torch.randn(2, 7))
     assert report["total_params"] == sum(p.numel() for p in lazy.parameters()) == 32
     assert report["outputs"][0]["shape"] == [2, 4]
+
+
+def test_a_misspelt_command_key_is_offered_as_did_you_mean(cli):
+    """``reference:`` and the per-command sections are read before the spec is validated; a typo of one
+    must still be recognised, with the key it meant."""
+    for typo, meant in (("refrence: torch.nn.Linear", "reference"), ("trian: {steps: 5}", "train"),
+                        ("precison: {dtype: bfloat16}", "precision")):
+        error = refused(cli, "inspect", f"layer: Linear\nargs: {{in_features: 4, out_features: 2}}\n{typo}\n"
+                                        "input: {shape: [2, 4]}\n")
+        assert f"did you mean '{meant}'" in error["hint"], error
