@@ -103,6 +103,11 @@ def test_unused_parameter_row_shows_the_parameter_shape():
     assert r.param("aux.weight").unused_on == [0, 1]
     assert r.param("aux.weight").shape == list(model.aux.weight.shape) == [8, 16]
     assert r.param("aux.bias").shape == [8]
+    # one process gives it no gradient at all: its scale is unknown ("—"), not 0
+    model.zero_grad(set_to_none=True)
+    model(x).sum().backward()
+    assert model.aux.weight.grad is None and r.param("aux.weight").single_scale is None
+    assert r.param("body.weight").single_scale > 0
 
 
 def test_ceil_extra_window_note_counts_windows_as_torch_does():

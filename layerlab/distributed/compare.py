@@ -130,7 +130,7 @@ def gradient_rows(single: Any, results: List[Dict[str, Any]], cmp: Comparer,
         shape = shapes.get(name) or list((s if s is not None else g0 if g0 is not None else torch.empty(0)).shape)
         row = ParamRow(name=name, shape=shape,
                        unused_on=unused_on, ranks_diff=ranks_diff, single_diff=cmp.diff(g0, s),
-                       single_scale=float(s.abs().max()) if s is not None and s.numel() else 0.0)
+                       single_scale=(float(s.abs().max()) if s.numel() else 0.0) if s is not None else None)
         if not all(cmp.close(name, g.get(name), g0) for g in G[1:]):
             row.status = "ranks differ"
         elif not cmp.close(name, g0, s):

@@ -89,7 +89,8 @@ class ParamRow:
         unused_on: ranks where it got no gradient in the rank's own step.
         ranks_diff: max |grad_r − grad_0| over ranks after DDP's all-reduce (0 when identical).
         single_diff: max |grad_DDP − grad_single| (rank 0's gradient against one process on the
-            whole batch); ``single_scale``: max |grad_single|, for reading it.
+            whole batch); ``single_scale``: max |grad_single|, for reading it (``None``: one process
+            gives it no gradient at all).
         status: ``ok``, ``ranks differ``, ``differs from single``, ``unused``, ``no result``.
     """
 
