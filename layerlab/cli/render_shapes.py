@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
 from rich.console import Group
 from rich.markup import escape
@@ -136,13 +136,23 @@ def inverse(result: InverseResult) -> List[Any]:
     return parts
 
 
+def _note_codes(ex: Explanation) -> str:
+    """The stage's notes by code, warnings first (``cropped ×2``): what to look for below the table."""
+    counts: Dict[tuple, int] = {}
+    for note in sorted(ex.notes, key=lambda n: n.severity != "warning"):
+        code = "note" if note.code == "info" else note.code  # a plain-words fact has no code of its own
+        counts[(note.severity, code)] = counts.get((note.severity, code), 0) + 1
+    return ", ".join(("[yellow]⚠ {}[/]" if sev == "warning" else "[dim]ℹ {}[/]").format(
+        escape(code) + (f" ×{n}" if n > 1 else "")) for (sev, code), n in counts.items())
+
+
 def chain(result: ChainResult) -> List[Any]:
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col in ("#", "op", "input", "output", "notes"):
         t.add_column(col)
     for i, ex in enumerate(result.stages, 1):
         out = f"[green]{shape(ex.output_shape)}[/]" if ex.ok else "[red]torch would raise[/]"
-        t.add_row(str(i), escape(ex.call), shape(ex.input_shape), out, str(len(ex.warnings())) if ex.warnings() else "")
+        t.add_row(str(i), escape(ex.call), shape(ex.input_shape), out, _note_codes(ex))
     final = shape(result.output_shape) if result.ok else "error"
     parts: List[Any] = [Text.from_markup(f"[bold]chain[/] {shape(result.input_shape)} → [bold]{final}[/]"), t]
     for i, ex in enumerate(result.stages, 1):

@@ -99,6 +99,20 @@ def test_chain(run):
     assert "(1, 64, 56, 56)" in out
 
 
+def test_chain_notes_column_names_the_notes_of_each_stage(run):
+    """32 → conv k=3 s=2 crops a row and a column (torch's output is 15: 31 of 32 read); the ceil-mode
+    pool then adds a last window in each dim (8, where floor mode gives 7), as torch's pool does."""
+    import torch
+    import torch.nn.functional as F
+
+    y = F.conv2d(torch.zeros(1, 1, 32, 32), torch.zeros(1, 1, 3, 3), stride=2)
+    assert y.shape[-2:] == (15, 15) and F.max_pool2d(y, 2, 2, ceil_mode=True).shape[-2:] == (8, 8)
+    code, out, err = run("explain-shape", "--input", "32", "--chain", "conv k=3 s=2 | maxpool k=2 s=2 ceil")
+    assert code == 0, out + err
+    rows = [line for line in out.splitlines() if line.startswith(("1 ", "2 "))]
+    assert "cropped ×2" in rows[0] and "ceil-extra-window ×2" in rows[1], out
+
+
 def test_chain_json_and_failure(run):
     code, out, err = run("explain-shape", "--input", "8", "--chain", "conv k=3 s=2 | conv k=5", "--json")
     assert code == 1, out + err
