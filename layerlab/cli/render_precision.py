@@ -109,6 +109,11 @@ def report(rep: PrecisionReport, depth: Optional[int] = None, limit: Optional[in
             parts.append(finding(f, first=f is first))
         summary = (f"output error {in_eps(run.output_error, run.tolerance.eps)}, worst parameter gradient "
                    f"{in_eps(run.grad_error, run.tolerance.eps)}" if run.raised is None else "did not run through")
+        if run.ok and any(f.kind == "float32-non-finite" for f in run.findings):
+            # nothing failed, but the reference it was compared with is broken: say so, not "ok"
+            parts.append(Text.from_markup(f"[yellow]? not judged[/] {escape(run.label)}: {summary} "
+                                          "(float32 itself is not finite)"))
+            continue
         parts.append(Text.from_markup(f"{verdict(run.ok)} {escape(run.label)}: {summary}"))
     if rep.forecast:
         parts.append(Text(""))
@@ -118,6 +123,8 @@ def report(rep: PrecisionReport, depth: Optional[int] = None, limit: Optional[in
         parts.append(Text.from_markup(f"[dim]note: {escape(line)}[/]"))
     parts.append(Text.from_markup(f"[dim]loss: {escape(rep.loss)}[/]"))
     ran = ", ".join(r.label for r in rep.runs)
-    parts.append(Text.from_markup(f"{verdict(rep.ok)} {escape(ran)} vs float32"
+    broken = rep.ok and any(f.kind == "float32-non-finite" for r in rep.runs for f in r.findings)
+    parts.append(Text.from_markup((f"[yellow]? not judged[/] {escape(ran)} vs float32: float32 itself is not finite"
+                                   if broken else f"{verdict(rep.ok)} {escape(ran)} vs float32")
                                   + ("" if rep.ok else f": {sum(not r.ok for r in rep.runs)} run(s) failed")))
     return parts

@@ -142,6 +142,7 @@ def check_target(t: Any, *, autocast: Optional[Sequence[str]] = None, cast: Opti
         saved_inputs.restore()
         report.runs.append(_compare(ref, half, t.seed, device.type, scale))
         _check_kinks(t, args, ref, half, report.runs[-1], saved_inputs)
+        report.runs[-1].findings[:0] = _float32_not_finite(ref, setting.label)
     report.forecast = diagnose.forecast(ref, device.type, any(s.dtype == "float16" for s in settings))
     _notes(report, ref)
     if saved_inputs.changed:
@@ -180,7 +181,8 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
         out.findings.append(Finding(
             severity="error", kind="raised", where=half.raised_in or type(half.raised).__name__,
             run=setting.label,
-            message=f"the model raised in {setting.label}: {out.raised}",
+            message=f"the model raised in {setting.label}" + (f", in {half.raised_in}" if half.raised_in else "")
+                    + f": {out.raised}",
             fix=_raised_fix(half.raised, setting)))
         return out
     out.params = compare.params(ref, half)
@@ -203,6 +205,39 @@ def _compare(ref: RunResult, half: RunResult, seed: int, device_type: str, scale
                                     message=f"{len(resized)} module call(s) returned other sizes in {setting.label} "
                                             "than in float32 (data-dependent shapes): their errors are not measured"))
     return out
+
+
+def _float32_not_finite(ref: RunResult, label: str) -> List[Finding]:
+    """A warning when the float32 reference itself is broken: the model's output or a parameter
+    gradient holds inf/NaN in float32 (``log(softmax(x))`` of large logits is ``-inf`` there too).
+    Errors are then measured only where float32 is finite and a NaN gradient not at all, so an "ok"
+    would vouch for a model float32 already breaks. An inner module that returns ``-inf`` on purpose
+    (a float attention mask) while the output and gradients stay finite is not this.
+    The calls whose float32 output is not finite from finite inputs are listed, not blamed: a mask
+    maker and the real culprit look alike there."""
+    root = ref.calls.get(("", 1))
+    root_bad = root is not None and not all(o.finite for o in root.outputs)
+    grads = [n for n, g in ref.grads.items() if g is not None and not bool(torch.isfinite(g).all())]
+    if not root_bad and not grads:
+        return []
+    broken = {k for k, c in ref.calls.items()
+              if not all(o.finite for o in c.outputs) and all(i.finite for i in c.inputs)}
+    parents = {ref.calls[k].parent for k in broken}
+    innermost = sorted((k for k in broken if k not in parents), key=lambda k: ref.calls[k].order)
+    seen = ["the model's output is inf/NaN"] if root_bad else []
+    if grads:
+        seen.append(("the gradients of " if grads[1:] else "the gradient of ") + ", ".join(grads[:3])
+                    + (f" (and {len(grads) - 3} more)" if grads[3:] else "") + (" are" if grads[1:] else " is")
+                    + " inf/NaN")
+    if innermost:
+        seen.append("calls whose output is inf/NaN although their inputs are finite: "
+                    + ", ".join(f"{k[0] or '(root)'} ({ref.calls[k].class_name})" for k in innermost[:3]))
+    where = (innermost[0][0] or "(root)") if innermost else ("(root)" if root_bad else grads[0])
+    return [Finding(severity="warning", kind="float32-non-finite", where=where, run=label,
+                    message="float32 itself is not finite: " + "; ".join(seen) + f". {label} was compared "
+                            "only where float32 is finite, and a non-finite gradient not at all, so this run's "
+                            "verdict cannot vouch for the model",
+                    fix="make the float32 model finite first (layerlab inspect shows the values per module)")]
 
 
 def _check_kinks(t: Any, args: List[Any], ref: RunResult, half: RunResult, out: PrecisionRun,

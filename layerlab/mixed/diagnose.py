@@ -141,8 +141,10 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
     if len(blamed) > 1 + MORE_FINDINGS:
         out.append(Finding(severity="info", kind="precision", where="", run=label,
                            message=f"{len(blamed) - 1 - MORE_FINDINGS} more module call(s) flagged (see the table)"))
-    out.extend(_underflow(param_rows, tol, label, after_nonfinite=overflowed))
-    out.extend(_gradient(param_rows, tol, label, bool(out)))
+    forward = bool(out)
+    under = _underflow(param_rows, tol, label, after_nonfinite=overflowed)
+    out.extend(under)
+    out.extend(_gradient(param_rows, tol, label, forward, underflow=bool(under)))
     root = next((r for r in rows if r.path == "" and r.call == 1), None)
     if not blamed and root is not None and root.error is not None and root.finite and root.error > tol.output:
         out.append(Finding(severity="warning", kind="precision", where="(root)", run=label,
@@ -241,12 +243,17 @@ def over_grad_bar(param_rows: List[ParamRow], tol: Tolerance) -> List[ParamRow]:
     return [p for p in param_rows if p.error is not None and not math.isnan(p.error) and p.error > tol.grad]
 
 
-def _gradient(param_rows: List[ParamRow], tol: Tolerance, label: str, explained: bool) -> List[Finding]:
+def _gradient(param_rows: List[ParamRow], tol: Tolerance, label: str, explained: bool,
+              underflow: bool = False) -> List[Finding]:
+    """``explained``: a forward finding precedes it; ``underflow``: only gradient underflow does
+    (float16 without a loss scale: small gradients lose their bits as well as their zeros)."""
     bad = over_grad_bar(param_rows, tol)
     if not bad:
         return []
     worst = max(bad, key=lambda p: p.error)
-    why = "the forward finding above is the likely source" if explained else IN_THE_BACKWARD
+    why = "the forward finding above is the likely source" if explained else \
+        "the gradient underflow above is the likely source: small gradients lose bits before they reach 0" \
+        if underflow else IN_THE_BACKWARD
     return [Finding(severity="warning", kind="gradient", where=worst.name, run=label,
                     message=f"gradient of {worst.name} is off by {_eps(worst.error, tol)} > {tol.grad:.2g} in {label}"
                             + (f" ({len(bad) - 1} more parameter(s) above it)" if len(bad) > 1 else ""),

@@ -47,9 +47,36 @@ def locate(model: Any, positional: list, keyword: Dict[str, Any], objective: Any
     return NonFinite(step, what, "(loss)" if what == "loss" else "?", message, params)
 
 
-def weights_blew_up(step: int, params: List[str], lr: Optional[float]) -> NonFinite:
+def weights_blew_up(step: int, params: List[str], lr: Optional[float], eps: Any = None,
+                    tensors: Optional[List[Any]] = None) -> NonFinite:
+    """``eps``: the optimizer's (Adam's 1e-8); ``tensors``: the parameters named in ``params``, after
+    the update. An eps that rounds to 0 in their dtype (1e-8 in float16) makes the update of every
+    element whose gradient is 0 a 0 / 0 = NaN (and of one whose square underflows, g / 0 = inf), whatever
+    the learning rate: said so, not "overflowed"."""
     rate = f" (lr {lr:g})" if lr is not None else ""
     owner = params[0].rpartition(".")[0] or "(root)"
+    lost = _eps_lost(eps, tensors or [])
+    if lost is not None:
+        return NonFinite(step, "weights", owner,
+                         f"the update of step {step}{rate} made {', '.join(params[:4])} not finite although the "
+                         f"gradients were finite: the optimizer's eps={eps:g} is 0 in {lost}, so wherever a gradient "
+                         "is 0 (an embedding row no id picks, a unit that is off) or so small that its square "
+                         "underflows, the update divides by 0 (0 / 0 = NaN), at any learning rate", params,
+                         hint=f"keep the weights in float32 and train under torch.autocast (layerlab precision-check "
+                              f"measures it), use bfloat16, or give the optimizer an eps {lost} can hold (eps=1e-4)")
     return NonFinite(step, "weights", owner,
                      f"the update of step {step}{rate} made {', '.join(params[:4])} not finite: the gradients were "
                      "finite, the step times the learning rate overflowed", params)
+
+
+def _eps_lost(eps: Any, tensors: List[Any]) -> Optional[str]:
+    """The dtype of a non-finite parameter in which ``eps`` rounds to 0, if there is one."""
+    import torch
+
+    if not isinstance(eps, float) or eps <= 0:
+        return None
+    for t in tensors:
+        lost = t.is_floating_point() and float(torch.tensor(eps, dtype=t.dtype)) == 0.0
+        if lost and not bool(torch.isfinite(t).all()):
+            return str(t.dtype).replace("torch.", "")
+    return None

@@ -201,7 +201,9 @@ def check_target(name: str, pred: torch.Tensor, target: torch.Tensor, where: str
     if name == "mse" and tuple(target.shape) != tuple(pred.shape):
         raise SpecError(f"the target's shape {list(target.shape)} is not the prediction's {list(pred.shape)}",
                         where=where, expected=list(pred.shape), got=list(target.shape),
-                        hint="mse compares element by element: give the target the output's shape")
+                        hint="mse compares element by element: give the target the output's shape — or, if the "
+                             "target is right (an autoencoder's own input), the output's shape is what is off: "
+                             "layerlab inspect shows which layer makes it")
 
 
 def negative_loss(objective, losses: List[float]) -> Optional[Problem]:

@@ -82,7 +82,7 @@ def loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise SpecError(f"the loss {objective.loss_name} rejected the prediction {objective.output_path}: "
                         f"{type(exc).__name__}: {clean_text(first, 300)}", where=objective.where,
-                        hint=_rejected_hint(first)) from None
+                        hint=_rejected_hint(first, _safe_select(objective, out), objective.target)) from None
     if isinstance(value, (float, int)) and not isinstance(value, bool):
         raise SpecError(f"the loss ({objective.loss_name}) returned a Python {type(value).__name__}, not a tensor: "
                         "it carries no graph, so nothing can be trained from it", where=objective.where,
@@ -95,8 +95,38 @@ def loss_value(objective: L.Objective, out: Any) -> torch.Tensor:
     return value
 
 
-def _rejected_hint(message: str) -> str:
+def _safe_select(objective: L.Objective, out: Any) -> Any:
+    try:
+        return L.select(out, objective.output_path)
+    except Exception:  # only for the hint: the error itself is already known
+        return None
+
+
+def _rejected_hint(message: str, pred: Any = None, target: Any = None) -> str:
+    """What to change, read from torch's message and the two shapes (the class-index cases
+    forum users meet first: classes last in a sequence model, a label past the last class)."""
     if "between 0 and 1" in message:  # BCELoss / binary_cross_entropy fed raw scores
         return ("BCELoss takes probabilities: on raw scores (logits) use nn.BCEWithLogitsLoss "
                 "(F.binary_cross_entropy_with_logits), or put a sigmoid before BCELoss")
+    tensors = isinstance(pred, torch.Tensor) and isinstance(target, torch.Tensor)
+    if tensors and "target dtype to be Long" in message and target.is_floating_point():  # labels read as floats
+        return (f"class indices are int64: give target.long() (the target is {str(target.dtype)[6:]} of shape "
+                f"{list(target.shape)}); a float target must hold class probabilities, in the prediction's shape "
+                f"{list(pred.shape)}")
+    if tensors and "out of bounds" in message and pred.dim() >= 1 and not target.is_floating_point():
+        classes = pred.shape[1] if pred.dim() >= 2 else pred.shape[0]
+        return (f"class indices must lie in [0, {classes}): the prediction {list(pred.shape)} has {classes} classes "
+                f"(dim {1 if pred.dim() >= 2 else 0}) and the target holds {int(target.max())}: give the target "
+                f"high: {classes}, or the model as many outputs as there are classes")
+    if tensors and "Expected target size" in message and pred.dim() >= 3 and \
+            list(target.shape) == list(pred.shape[:-1]):  # (N, T, C) logits, (N, T) labels
+        want = [pred.shape[0], *pred.shape[2:]]
+        return (f"cross_entropy reads the classes from dim 1 of the prediction {list(pred.shape)} and wants a "
+                f"target {want}; the target {list(target.shape)} fits it with the classes last, as a Linear head "
+                "gives them: then give the loss out.movedim(-1, 1), or out.flatten(0, -2) with target.flatten()")
+    if tensors and "batch_size" in message and pred.dim() >= 1 and target.dim() >= 1:
+        return (f"the prediction's dim 0 is {pred.shape[0]} but the target's is {target.shape[0]}: is the batch "
+                "still on dim 0 when forward returns? (an nn.LSTM/GRU/Transformer built without batch_first=True "
+                "reads (N, T, …) as (T, N, …)); else give a target that fits the loss, or pick the output with "
+                "output:")
     return "pick the output with output:, or give a target that fits the loss"

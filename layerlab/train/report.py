@@ -85,6 +85,7 @@ class NonFinite:
         where: the module it came from (qualified name; ``(root)``; ``(loss)`` for the loss itself).
         message: what layerlab saw there (from ``layerlab.inspect`` of that step, when it ran).
         params: the parameters whose gradient (or value) was not finite.
+        hint: what to change, when the cause is known (else the finding's generic hint).
     """
 
     step: int
@@ -92,6 +93,7 @@ class NonFinite:
     where: str
     message: str
     params: List[str] = field(default_factory=list)
+    hint: Optional[str] = None
 
 
 @dataclass(repr=False)  # repr, str, Rich and HTML: layerlab.report_render.Displayable

@@ -254,7 +254,10 @@ class _Run:
                 blown = self.tracker.after_update()
                 if blown:
                     rate = self.opt.param_groups[0].get("lr")
-                    self.nonfinite = diverge.weights_blew_up(step, blown, rate if isinstance(rate, float) else None)
+                    named = dict(zip(self.tracker.names, self.tracker.params))
+                    self.nonfinite = diverge.weights_blew_up(step, blown, rate if isinstance(rate, float) else None,
+                                                             self.opt.param_groups[0].get("eps"),
+                                                             [named[n].detach() for n in blown if n in named])
                     break
         finally:
             self.watch.remove()
@@ -328,7 +331,8 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     if run.nonfinite is not None:
         nf = run.nonfinite
         cause, hint = no_signal.nan_at_start(model, positional, keyword, objective) if nf.step == 0 and \
-            nf.what == "loss" else (None, "lower the learning rate, or look at this module's inputs and arithmetic")
+            nf.what == "loss" else (None, nf.hint or "lower the learning rate, or look at this module's inputs and "
+                                    "arithmetic")
         flags.append(Problem("nonfinite", f"step {nf.step}: the {nf.what} {'are' if nf.what == 'weights' else 'is'} "
                              f"not finite — {nf.message}" + (f"; {cause}" if cause else ""), where=nf.where,
                              severity="error", data={"step": nf.step, "params": nf.params}, hint=hint))

@@ -42,3 +42,8 @@ def amend(flags: List[Problem], groups: List[GroupTrace], model: torch.nn.Module
                  "SGD, or use fewer layers; a larger lr would move the last layers far too much before the first "
                  "ones learn")
     slow.data["vanishing"] = {"first": ratios[0][1], "last": ratios[-1][1], "activations": squashing}
+    same = next((f for f in flags if f.code == "constant-output" and f.severity == "error"), None)
+    if same is not None:  # the stack that shrinks the gradient shrinks the samples' differences forward too:
+        flags.remove(same)  # one cause, said once ("the model ignores its input" would send the user elsewhere)
+        slow.message += ("; forward, the same stack squashes the differences between samples until the prediction "
+                         "is the same for every sample (constant-output)")
