@@ -136,12 +136,38 @@ def describe(ann: Any) -> str:
     return getattr(ann, "__name__", str(ann).replace("typing.", ""))
 
 
+def _hf_config_attributes(cls: Any) -> Optional[List[str]]:
+    """A Hugging Face config's attributes, read from a default instance; ``None`` for another class.
+
+    Its signature lists the architecture's own arguments only, yet it takes every common one too
+    (``num_labels``, ``id2label``, ``output_attentions`` …: transformers 5 hides the ``**kwargs`` its 4.x
+    signatures showed) and silently keeps any other keyword as an attribute, a typo included. So a
+    keyword is accepted when a default config has that attribute, and refused (with a did-you-mean)
+    otherwise; a config that cannot be built with its defaults takes any keyword, as HF does."""
+    if not (isinstance(cls, type) and any(
+            base.__name__ in ("PretrainedConfig", "PreTrainedConfig") and base.__module__.startswith("transformers.")
+            for base in cls.__mro__)):
+        return None
+    try:
+        default = cls()
+    except Exception:
+        return []
+    return [name for name in dir(default)  # its values: not its methods (to_dict, save_pretrained, …)
+            if not name.startswith("_") and not callable(getattr(type(default), name, None))]
+
+
 def check_args(node: LayerNode, cls: type, marks: Marks, display: str) -> None:
     """Raise :class:`SpecError` for unknown, missing, surplus or ill-typed constructor arguments."""
     params, hints = init_signature(cls)
     if not params and not hints:
         return
     var_kw = any(p.kind is pyinspect.Parameter.VAR_KEYWORD for p in params)
+    config_attributes = _hf_config_attributes(cls)
+    if config_attributes is not None:
+        var_kw = not config_attributes  # (built with its defaults it failed: any keyword, as HF takes)
+        named = [p.name for p in params if p.kind in _NAMED]
+        params = [*params, *(pyinspect.Parameter(n, pyinspect.Parameter.KEYWORD_ONLY, default=None)
+                             for n in config_attributes if n not in named)]
     var_pos = any(p.kind is pyinspect.Parameter.VAR_POSITIONAL for p in params)
     named = [p.name for p in params if p.kind in _NAMED]
     positional = [p.name for p in params if p.kind in _POSITIONAL]

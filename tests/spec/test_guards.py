@@ -369,3 +369,20 @@ def test_a_misspelt_command_key_is_offered_as_did_you_mean(cli):
         error = refused(cli, "inspect", f"layer: Linear\nargs: {{in_features: 4, out_features: 2}}\n{typo}\n"
                                         "input: {shape: [2, 4]}\n")
         assert f"did you mean '{meant}'" in error["hint"], error
+
+
+def test_a_hugging_face_config_takes_its_common_arguments_and_refuses_a_typo(cli, tmp_path):
+    """transformers 5's config signatures list the architecture's own arguments only, yet the config
+    takes every common one (num_labels …) and silently keeps a typo as an attribute."""
+    tf = pytest.importorskip("transformers", reason="Hugging Face models need transformers")
+    assert tf.BertConfig(num_labels=3).num_labels == 3 and tf.BertConfig(num_labelz=3).num_labels == 2
+    spec = ("layer: transformers:BertForSequenceClassification\nargs:\n  config:\n    class: transformers:BertConfig\n"
+            "    args: {vocab_size: 100, hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
+            "intermediate_size: 64, %s: 3}\nmode: eval\ninputs:\n  input_ids: {shape: [2, 7], low: 0, high: 100}\n")
+    code, out, err = cli("inspect", spec % "num_labels", "--allow-import", "--json")
+    assert code == 0, err
+    assert json.loads(out)["outputs"][0]["shape"] == [2, 3]
+    error = refused(cli, "inspect", spec % "num_labelz", "--allow-import")
+    assert "no argument 'num_labelz'" in error["message"] and "did you mean 'num_labels'" in error["hint"]
+    error = refused(cli, "inspect", spec % "to_dict", "--allow-import")  # a method is not an argument
+    assert "no argument 'to_dict'" in error["message"]
