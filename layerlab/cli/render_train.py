@@ -74,7 +74,8 @@ def report(r: TrainReport) -> List[Any]:
             f"[bold]{escape(r.fit.verdict)}[/]: {escape(r.fit.message)}"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, padding=(0, 1),
                   collapse_padding=True)
-    table.add_column("module", no_wrap=True)
+    # a long Hugging Face path wraps inside its column (at 80 columns it used to squeeze status to "…")
+    table.add_column("module", overflow="fold", max_width=32)
     table.add_column("class", no_wrap=True, overflow="ellipsis", max_width=20)
     for title in ("params", "‖grad‖ first → last", "update/weight", "status"):
         table.add_column(title, justify="right" if title != "status" else "left", no_wrap=True)
@@ -86,8 +87,9 @@ def report(r: TrainReport) -> List[Any]:
                                   "parameters (healthy ≈ 1e-3 … 1e-2); gradient norms per step in --json[/]"))
     for f in r.flags:
         mark = "[bold red]✗[/]" if f.severity == "error" else "[yellow]![/]"
-        parts.append(Text.from_markup(f"{mark} [bold]{escape(f.code)}[/] [dim]({escape(f.where or '')})[/] "
-                                      f"{escape(f.message)}"))
+        where = f.where or ""
+        where = where if where.startswith("(") else f"({where})"  # "(loss)", "(root)" come in brackets
+        parts.append(Text.from_markup(f"{mark} [bold]{escape(f.code)}[/] [dim]{escape(where)}[/] {escape(f.message)}"))
         if f.hint:
             parts.append(Text.from_markup(f"  [cyan]hint:[/] {escape(f.hint)}"))
     errors, warnings = len(r.errors), len(r.warnings)
