@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional, Tuple
 
-__all__ = ["unflattenable_outputs", "output_hint"]
+__all__ = ["unflattenable_outputs", "output_hint", "exception_text"]
 
 #: leaves pytree may keep as they are (everything else is an object export cannot flatten)
 _PLAIN = (int, float, bool, complex, str, bytes, type(None))
@@ -50,7 +50,7 @@ def unflattenable_outputs(out: Any) -> List[Tuple[str, type]]:
     return found
 
 
-def _text(exc: BaseException) -> str:
+def exception_text(exc: BaseException) -> str:
     """The exception's message and those of its causes (the ONNX exporter wraps export's)."""
     parts, seen = [], set()
     while exc is not None and id(exc) not in seen:
@@ -76,7 +76,7 @@ def output_hint(exc: BaseException, eager_out: Any, path: str) -> Optional[str]:
         eager_out: the layer's eager output on the example.
         path: the export path (``trace`` has its own, stricter rule).
     """
-    text = _text(exc)
+    text = exception_text(exc)
     odd = unflattenable_outputs(eager_out)
     named = [(where, cls) for where, cls in odd if cls.__name__ in text]
     culprit = (named or odd or [None])[0]

@@ -34,15 +34,6 @@ EXPORT_HINT = ("data-dependent Python control flow needs torch.cond; .item()/int
                "(torch.onnx.export runs torch.export first: see the export column)")
 
 
-def _text(exc: BaseException) -> str:
-    parts, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        parts.append(str(exc))
-        exc = exc.__cause__ or exc.__context__
-    return "\n".join(parts)
-
-
 def diagnose(exc: BaseException, module: Any, eager_out: Any,
              capture: Callable[[], Any]) -> Optional[Tuple[str, Optional[str], str]]:
     """``(reason, where, hint)`` for an exception of ``torch.onnx.export(dynamo=True)``.
@@ -54,9 +45,9 @@ def diagnose(exc: BaseException, module: Any, eager_out: Any,
         capture: runs ``torch.export.export`` on a fresh copy; called only to place a missing op.
     """
     from layerlab.deploy.causes import cause_hint
-    from layerlab.deploy.hints import output_hint
+    from layerlab.deploy.hints import exception_text, output_hint
 
-    text = _text(exc)
+    text = exception_text(exc)
     step = _STEP.search(text)
     if step is not None and step.group(1) == "1":
         where = user_location(text)

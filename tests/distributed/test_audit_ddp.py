@@ -7,18 +7,17 @@ never from layerlab's formulas. The models live at module level so spawned ranks
 
 from __future__ import annotations
 
-import datetime
 import os
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import layerlab
 from layerlab.errors import CheckFailed
+from tests.distributed.forked import two_ranks
 
 X = torch.randn(8, 8, generator=torch.Generator().manual_seed(3))
 
@@ -105,43 +104,27 @@ def dropout_mlp() -> nn.Module:
 _PLAIN_CASES = {"param_in_forward": ParamInForward, "detached": Detached}
 
 
-def _plain_rank(rank: int, store_path: str, out_dir: str) -> None:
-    store = dist.FileStore(store_path, 2)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20))
+def _plain_cases(rank: int) -> dict:
     result = {}
-    try:
-        for name, factory in _PLAIN_CASES.items():
-            model = factory()
-            ddp = nn.parallel.DistributedDataParallel(model)  # find_unused_parameters=False, as people train
-            shard = X.tensor_split(2)[rank]
-            ddp(shard).sum().backward()
-            grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
-            second = None
-            try:
-                ddp(shard)
-            except RuntimeError as exc:
-                second = str(exc)
-            result[name] = {"grads": grads, "second_forward": second}
-    finally:
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
+    for name, factory in _PLAIN_CASES.items():
+        model = factory()
+        ddp = nn.parallel.DistributedDataParallel(model)  # find_unused_parameters=False, as people train
+        shard = X.tensor_split(2)[rank]
+        ddp(shard).sum().backward()
+        grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+        second = None
+        try:
+            ddp(shard)
+        except RuntimeError as exc:
+            second = str(exc)
+        result[name] = {"grads": grads, "second_forward": second}
+    return result
 
 
 @pytest.fixture(scope="module")
 def plain_ddp(tmp_path_factory):
     """Every case of ``_PLAIN_CASES`` under two real gloo ranks of DDP: ``{case: [rank0, rank1]}``."""
-    import torch._dynamo  # noqa: F401 - DDP's constructor imports it (seconds): once here, not in every rank
-
-    out = tmp_path_factory.mktemp("plain_ddp")
-    ctx = mp.get_context("fork")  # the ranks inherit torch instead of importing it again (spawn: +10 s on 2 cores)
-    procs = [ctx.Process(target=_plain_rank, args=(r, str(out / "store"), str(out))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        if p.is_alive():
-            p.kill()
-    ranks = [torch.load(out / f"rank{r}.pt") for r in range(2)]
+    ranks = two_ranks(_plain_cases, str(tmp_path_factory.mktemp("plain_ddp")))
     return {name: [ranks[0][name], ranks[1][name]] for name in _PLAIN_CASES}
 
 

@@ -9,18 +9,16 @@ must be exactly the list torch's run shows.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import layerlab
 from tests.distributed import planted as P
+from tests.distributed.forked import two_ranks
 
 X = torch.randn(8, 16, generator=torch.Generator().manual_seed(7))
 #: both ranks get the same four samples: their own gradients already equal the mean
@@ -28,46 +26,29 @@ SAME = torch.cat([X[:4], X[:4]])
 _CASES = {"unused": X, "same_shards": SAME}
 
 
-def _plain_rank(rank: int, store_path: str, out_dir: str) -> None:
-    torch.set_num_threads(1)  # a forked child must not enter the parent's OpenMP pool (it can deadlock)
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=20))
+def _first_steps(rank: int) -> dict:
     result = {}
-    try:
-        for case, batch in _CASES.items():
-            shard = batch.tensor_split(2)[rank]
-            own = P.UnusedBranch()
-            P.weighted_mean_loss(own(shard), {}).backward()
-            model = P.UnusedBranch()
-            ddp = nn.parallel.DistributedDataParallel(model)  # find_unused_parameters=False: the default
-            P.weighted_mean_loss(ddp(shard), {}).backward()
-            second = None
-            try:
-                ddp(shard)
-            except RuntimeError as exc:
-                second = str(exc)
-            result[case] = {"own": {n: p.grad for n, p in own.named_parameters()},
-                            "first": {n: p.grad for n, p in model.named_parameters()}, "second": second}
-    finally:
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
+    for case, batch in _CASES.items():
+        shard = batch.tensor_split(2)[rank]
+        own = P.UnusedBranch()
+        P.weighted_mean_loss(own(shard), {}).backward()
+        model = P.UnusedBranch()
+        ddp = nn.parallel.DistributedDataParallel(model)  # find_unused_parameters=False: the default
+        P.weighted_mean_loss(ddp(shard), {}).backward()
+        second = None
+        try:
+            ddp(shard)
+        except RuntimeError as exc:
+            second = str(exc)
+        result[case] = {"own": {n: p.grad for n, p in own.named_parameters()},
+                        "first": {n: p.grad for n, p in model.named_parameters()}, "second": second}
+    return result
 
 
 @pytest.fixture(scope="module")
 def plain_first_step(tmp_path_factory):
-    """``{case: [rank0, rank1]}``, each ``{"own", "first", "second"}`` (see :func:`_plain_rank`)."""
-    import torch._dynamo  # noqa: F401 - DDP's constructor imports it (seconds): once here, not in every rank
-
-    out = tmp_path_factory.mktemp("first_step")
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_plain_rank, args=(r, str(out / "store"), str(out))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        if p.is_alive():
-            p.kill()
-    ranks = [torch.load(out / f"rank{r}.pt") for r in range(2)]
+    """``{case: [rank0, rank1]}``, each ``{"own", "first", "second"}`` (see :func:`_first_steps`)."""
+    ranks = two_ranks(_first_steps, str(tmp_path_factory.mktemp("first_step")))
     return {case: [ranks[0][case], ranks[1][case]] for case in _CASES}
 
 
