@@ -366,7 +366,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     flags.extend(run.early + [f for f in [copy_target.finding(objective, args)] if f is not None])
     decay = decay_finding(opt, steps, verdict.verdict, model)
     flags.extend(([decay] if decay is not None else []) + run.loop.findings(verdict.verdict))
-    _status_from_findings(tracker, found + [f for f in run.early if f.code == "recreated-in-forward"])
+    tracker.mark(found + [f for f in run.early if f.code == "recreated-in-forward"])
     for g in tracker.groups if empty is not None else []:
         g.status = "no-signal" if g.status == "ok" else g.status
     flags.extend(f for f in ratio_findings(tracker.groups, verdict.verdict, run.nonfinite is not None,
@@ -412,11 +412,3 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
 _STUCK = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output", "unregistered", "double-softmax",
           "output-range", "target-broadcast", "recreated-in-forward", "no-signal",
           "double-sigmoid", "weight-decay", "step-shrunk")
-
-
-def _status_from_findings(tracker: Tracker, found: List[Problem]) -> None:
-    for problem in found:
-        names = set(problem.data.get("params", []))
-        for g in tracker.groups:
-            if names & set(g.params) and g.status == "ok":
-                g.status = problem.code

@@ -137,6 +137,14 @@ class Tracker:
             g.median_ratio = statistics.median(values) if values else None
             g.changed = any(self.moved[i] for i in idx)
 
+    def mark(self, found: List[Problem]) -> None:
+        """A group still ``ok`` that holds a parameter a finding names takes that finding's code as status."""
+        for problem in found:
+            names = set(problem.data.get("params", []))
+            for g in self.groups:
+                if names & set(g.params) and g.status == "ok":
+                    g.status = problem.code
+
     def members(self, group: GroupTrace) -> List[int]:
         return self._members[self.groups.index(group)]
 
