@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from layerlab.probe import groups_rules, layout as Lay, rnn_state_rules
+from layerlab.probe import groups_rules, layout as Lay, rnn_state_rules, upstream_rules
 from layerlab.probe.formula import explain_failure
 from layerlab.probe.op_rules import float_ids
 from layerlab.probe.report import Diagnosis, FixStep
@@ -82,6 +82,9 @@ def linear(ctx) -> Optional[Diagnosis]:
     folded = Lay.batch_folded(ctx, x, want, base, rule)  # a size fix would run with the wrong rows
     if folded is not None:
         return folded
+    reduced = upstream_rules.reduced_wrong_axis(ctx, x, want, base, rule)  # in_features=L would run, wrongly
+    if reduced is not None:
+        return reduced
     side, made = Lay.made(ctx, x)
     if side == "first":
         return _linear_on_channels_first(ctx, x, base, made, rule)
@@ -91,11 +94,30 @@ def linear(ctx) -> Optional[Diagnosis]:
         if axis is None:
             return Lay.ambiguous(ctx, "last dim = in_features", want, shape, axes,
                                  [f"move the feature axis last (x.movedim({axes[0]}, -1))", f"set in_features={got}"])
+        moved = _moved_on_purpose(ctx, x)
+        if moved is not None:  # moving the axis back would undo the user's own transpose
+            return Diagnosis(
+                f"{base}; {want} sits on dim {axis}, where {moved} put it just before: moving it back last "
+                "would undo that transpose, so layerlab cannot tell which of the two is wrong",
+                expected=f"[*, {want}]", got=shape, cause="ambiguous",
+                hint=f"if the transpose is meant (mixing along the other axis, as an MLP-Mixer's token mixing "
+                     f"does), size {_name(ctx)} for that axis: in_features={got} (and out_features to match what "
+                     f"follows); otherwise remove the transpose",
+                alternatives=[f"in_features={got}", "remove the transpose"], rule=rule)
         return _layout(ctx, f"{base}; {want} sits on dim {axis}: the features are on dim {axis}, not last",
                        Lay.move_axis(x.dim(), axis, -1), rule, f"[*, {want}]", shape, "move the features last",
                        [f"set in_features={got} — only if dim {x.dim() - 1} really holds the features"])
     return _size(ctx, base, side, made, "in_features", got, rule, f"[*, {want}]", shape,
                  hint=f"set in_features={got}, or reshape the input so that its last dim is {want}")
+
+
+def _moved_on_purpose(ctx, x) -> Optional[str]:
+    """``"x.transpose(1, 2) at model.py:34"`` when ``x`` comes straight from a transpose in the user's
+    code: the axis a layout fix would move last is the one that transpose just moved away."""
+    record = ctx.producer_op(x)
+    if record is None or record.op not in ("transpose", "permute", "swapaxes", "movedim", "mT", "T"):
+        return None
+    return record.label
 
 
 def _linear_on_channels_first(ctx, x, base: str, made: str, rule: str) -> Diagnosis:

@@ -20,7 +20,7 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
-from layerlab.probe.context import op_at
+from layerlab.probe.context import op_at, op_site
 from layerlab.probe.report import Diagnosis, FixStep
 
 _CONV_TRANSPOSE = ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
@@ -193,3 +193,37 @@ def cat_after_upsample(ctx, failed) -> Optional[Diagnosis]:
                  "output_size= picks among the sizes a stride allows",
         )
     return None
+
+
+# -- a reduction over the wrong axis ----------------------------------------------------------------
+_REDUCTIONS = ("max", "amax", "min", "amin", "mean", "sum", "logsumexp", "median", "nanmean", "nansum")
+
+
+def reduced_wrong_axis(ctx, x, want: int, base: str, rule: str) -> Optional[Diagnosis]:
+    """``x.max(dim=1)`` of a conv's (N, C, L) fed to a Linear(C): the reduction removed the very axis
+    the Linear wants, and kept a position axis. ``in_features=L`` would run and tie the model to one
+    sequence length, so the fix is the reduction's ``dim`` — only when exactly one other axis fits."""
+    record = ctx.producer_op(x)
+    if record is None or record.op not in _REDUCTIONS or len(record.inputs) != 1 or not record.outputs:
+        return None
+    shape, args = list(record.inputs[0].shape or []), record.args
+    dim = args.get("dim", args.get("1"))
+    if not isinstance(dim, int) or args.get("keepdim", args.get("2")) or len(shape) < 3:
+        return None
+    dim %= len(shape)
+    if shape[dim] != want or record.outputs[0] != shape[:dim] + shape[dim + 1:]:
+        return None
+    fits = [a for a in range(1, len(shape)) if a != dim and (shape[:a] + shape[a + 1:])[-1] == want]
+    if len(fits) != 1:
+        return None
+    axis = fits[0]
+    return Diagnosis(
+        f"{base}; {want} was on dim {dim} of {shape} before `{record.op}(dim={dim})`{op_at(record)}, "
+        f"which reduced that axis away and kept dim {axis} ({shape[axis]}): the reduction ran over the wrong axis",
+        expected=f"[*, {want}]", got=list(x.shape), cause="reduce-dim",
+        hint=f"reduce over dim {axis} instead: {record.op}(dim={axis}) → {shape[:axis] + shape[axis + 1:]}",
+        fix=FixStep("replace-op", record.source or "", f"{record.op}(…, dim={axis})", op_site(record, dim=axis)),
+        alternatives=[f"set in_features={x.shape[-1]} — only if the Linear should see dim {axis} "
+                      "(it would tie the model to that size)"],
+        rule=rule,
+    )
