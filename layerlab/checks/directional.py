@@ -152,3 +152,13 @@ def count_nonfinite(t: Tensor) -> Dict[str, int]:
     if not t.is_floating_point() or bool(torch.isfinite(t).all()):
         return {}
     return {"nan": int(torch.isnan(t).sum()), "inf": int(torch.isinf(t).sum())}
+
+
+def allowed(atol: float, u: Tensor, v: Tensor, rtol: float, numerical_value: float) -> float:
+    """torch's gradcheck tolerance for one directional derivative: ``atol·Σu·Σv + rtol·|n|``."""
+    return atol * u.sum() * float(v.sum()) + rtol * abs(numerical_value)
+
+
+def finite(x: float) -> bool:
+    """Neither NaN nor ±inf (a plain float)."""
+    return x == x and abs(x) != float("inf")

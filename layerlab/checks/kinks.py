@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 from torch import Tensor
 
-from layerlab.checks.directional import analytical, numerical
+from layerlab.checks.directional import allowed as tolerance, analytical, finite, numerical
 
 __all__ = ["kink_entries", "off_kinks"]
 
@@ -79,9 +79,9 @@ def off_kinks(run: Any, sure: List[Dict[str, Any]], details: Dict[str, Any], see
     for r in sure:
         i, j = run.names.index(r["tensor"]), paths.index(r["output"])
         an, nu = a[which.index(i)][j], num[i][j]
-        allowed = run.opts.atol * run.us[i].sum() * float(run.vs[j].sum()) + details["rtol"] * abs(nu)
+        allowed = tolerance(run.opts.atol, run.us[i], run.vs[j], details["rtol"], nu)
         rows.append({"tensor": r["tensor"], "output": r["output"], "analytical": an, "numerical": nu,
-                     "allowed": allowed, "ok": _finite(an) and _finite(nu) and abs(an - nu) <= allowed})
+                     "allowed": allowed, "ok": finite(an) and finite(nu) and abs(an - nu) <= allowed})
     details["kinks"] = {"moved": found, "by": f"{MOVE:g}·(1 + |x|), random sign", "rows": rows}
     if nonfinite or not all(r["ok"] for r in rows):
         return []
@@ -95,7 +95,3 @@ def describe(details: Dict[str, Any]) -> str:
         what = [f"{m['zeros']} exact zero(s)"] * bool(m["zeros"]) + [f"{m['tied']} tied value(s)"] * bool(m["tied"])
         parts.append(f"{m['tensor']}: {' and '.join(what)} of {m['numel']}")
     return "; ".join(parts)
-
-
-def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")

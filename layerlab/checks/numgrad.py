@@ -39,14 +39,15 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.autograd.gradcheck import GradcheckError
 
 from layerlab.checks.case import (
     Case, cast_args, generator, grad_inputs, has_inference_fast_path, mode_name, module_copy, parity_mode, trainable,
 )
 from layerlab.checks.directional import (
-    Progress, analytical, count_nonfinite, direction, functional, numerical, unit,
+    Progress, allowed as tolerance, analytical, count_nonfinite, direction, finite as _finite, functional, numerical,
+    unit,
 )
 from layerlab.checks.kinks import describe as describe_kinks, off_kinks
 from layerlab.checks.precision import IslandRecorder, summary as island_summary
@@ -323,7 +324,7 @@ def _finer_step(run: _Run, sure: List[Dict[str, Any]], details: Dict[str, Any]) 
         i, j = run.names.index(r["tensor"]), paths.index(r["output"])
         nu = num[i][j]
         if run.low is None:
-            allowed = run.opts.atol * run.us[i].sum() * float(run.vs[j].sum()) + details["rtol"] * abs(nu)
+            allowed = tolerance(run.opts.atol, run.us[i], run.vs[j], details["rtol"], nu)
         else:
             allowed = atol[j] + details["rtol"] * abs(nu)
         diff = abs(r["analytical"] - nu)
@@ -350,7 +351,7 @@ def _rows(names, kinds, out_paths, checked, a, num, num4, us, vs, atol, rtol) ->
             row = {"tensor": names[i], "kind": kinds[i], "output": path, "analytical": an, "numerical": nu,
                    "abs_diff": abs(an - nu)}
             if num4 is None:
-                row["allowed"] = atol * us[i].sum() * float(vs[j].sum()) + rtol * abs(nu)
+                row["allowed"] = tolerance(atol, us[i], vs[j], rtol, nu)
                 row["ok"] = row["abs_diff"] <= row["allowed"]
             else:
                 n4 = num4[i][j]
@@ -377,10 +378,6 @@ def _named(progress: Optional[Progress]) -> Optional[Progress]:
     if progress is None:
         return None
     return lambda what, i, n: progress(f"gradcheck {what}" if what else "", i, n)
-
-
-def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")
 
 
 def _count(c: Dict[str, int]) -> str:
