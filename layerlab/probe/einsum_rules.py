@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from layerlab.probe.context import op_at, op_site
-from layerlab.probe.layout import inverse
+from layerlab.probe.layout import AXIS_MOVES, inverse
 from layerlab.probe.report import Diagnosis, FixStep
 
 #: Operands of higher rank are not searched (6! = 720 orders at most).
@@ -42,7 +42,7 @@ def _agrees(terms: Sequence[str], shapes: Sequence[Sequence[int]]) -> bool:
 def _undoes(ctx, t: torch.Tensor, perm: List[int]) -> bool:
     """Whether permuting ``t`` by ``perm`` undoes the transpose/permute that made it."""
     record = ctx.producer_op(t)
-    if record is None or record.op not in ("transpose", "permute", "swapaxes", "movedim") or not record.inputs:
+    if record is None or record.op not in AXIS_MOVES or not record.inputs:
         return False
     before, after = record.inputs[0].shape, list(t.shape)
     undo = [after[i] for i in perm] == before  # the sizes come back; check the made order, too

@@ -115,7 +115,7 @@ def _moved_on_purpose(ctx, x) -> Optional[str]:
     """``"x.transpose(1, 2) at model.py:34"`` when ``x`` comes straight from a transpose in the user's
     code: the axis a layout fix would move last is the one that transpose just moved away."""
     record = ctx.producer_op(x)
-    if record is None or record.op not in ("transpose", "permute", "swapaxes", "movedim", "mT", "T"):
+    if record is None or record.op not in (*Lay.AXIS_MOVES, "mT", "T"):
         return None
     return record.label
 

@@ -68,6 +68,10 @@ def move_axis(ndim: int, src: int, dst: int) -> List[int]:
     return dims
 
 
+#: the tensor methods/functions of the user's code that move axes (their record's ``op``)
+AXIS_MOVES = ("transpose", "permute", "swapaxes", "movedim")
+
+
 def inverse(dims: Sequence[int]) -> List[int]:
     out = [0] * len(dims)
     for position, axis in enumerate(dims):
