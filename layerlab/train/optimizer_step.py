@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 import torch
 
 from layerlab.errors import Problem
+from layerlab.train.updates import stored_values
 
 __all__ = ["LoopWatch", "leftover_grads", "FirstStep", "accumulate_finding", "point_hints", "SHRUNK"]
 
@@ -36,12 +37,7 @@ def leftover_grads(opt: torch.optim.Optimizer, names: Dict[int, str]) -> List[st
     """Names of the optimizer's parameters whose gradient is still non-zero right after ``zero_grad()``."""
     with torch.no_grad():
         return [names.get(id(p), "?") for group in opt.param_groups for p in group["params"]
-                if p.grad is not None and bool(_values(p.grad).ne(0).any())]
-
-
-def _values(t: torch.Tensor) -> torch.Tensor:
-    """A sparse gradient's stored values (nn.Embedding(sparse=True)): the same norm, the same zeros."""
-    return t.coalesce().values() if t.is_sparse else t
+                if p.grad is not None and bool(stored_values(p.grad).ne(0).any())]
 
 
 def accumulate_finding(step: Optional[int], left: List[str]) -> Optional[Problem]:
@@ -85,7 +81,7 @@ class FirstStep:
                     if p.grad.is_sparse and wd:  # torch's SGD refuses this pair itself
                         self.applies = False
                         return
-                    total += float(lr * _values(p.grad + wd * p if wd else p.grad).float().norm()) ** 2
+                    total += float(lr * stored_values(p.grad + wd * p if wd else p.grad).float().norm()) ** 2
                     self._params.append(p)
                     self._before.append(p.detach().clone())
         self.expected = math.sqrt(total)

@@ -44,11 +44,16 @@ def unstable(group: GroupTrace) -> bool:
         (first is not None and first > FIRST_STEP_UNSTABLE)
 
 
+def stored_values(t: torch.Tensor) -> torch.Tensor:
+    """A sparse gradient's stored values (nn.Embedding(sparse=True): no norm kernel takes it), with the
+    same norm and the same zeros; a dense tensor as it is."""
+    return t.coalesce().values() if t.is_sparse else t
+
+
 def _norms(tensors: List[torch.Tensor]) -> List[float]:
     if not tensors:
         return []
-    # a sparse gradient (nn.Embedding(sparse=True)) has no norm kernel: its stored values have the same norm
-    tensors = [t.coalesce().values() if t.is_sparse else t for t in tensors]
+    tensors = [stored_values(t) for t in tensors]
     return torch.stack([n.float() for n in torch._foreach_norm(tensors)]).cpu().tolist()
 
 
