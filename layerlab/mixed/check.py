@@ -222,8 +222,7 @@ def _float32_not_finite(ref: RunResult, label: str) -> List[Finding]:
         return []
     broken = {k for k, c in ref.calls.items()
               if not all(o.finite for o in c.outputs) and all(i.finite for i in c.inputs)}
-    parents = {ref.calls[k].parent for k in broken}
-    innermost = sorted((k for k in broken if k not in parents), key=lambda k: ref.calls[k].order)
+    innermost = diagnose.innermost(broken, ref)
     seen = ["the model's output is inf/NaN"] if root_bad else []
     if grads:
         seen.append(("the gradients of " if grads[1:] else "the gradient of ") + ", ".join(grads[:3])
