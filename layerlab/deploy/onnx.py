@@ -6,8 +6,10 @@ torch's default one (``dynamo=True``: torch.export, then onnxscript's translatio
 the TorchScript-based exporter (``dynamo=False``), whose model is fed to an
 ``onnxruntime.InferenceSession`` input by input.
 
-The model is exported with static shapes (``torch.onnx.export``'s default) and run on the example
-only: a pass says nothing about other batch sizes (the ``export(dyn B)`` column does). A torch
+The default exporter is given the batch dims as ``Dim("batch")`` and the model is run on the
+example and at batch B + 1 (:mod:`layerlab.deploy.onnx_batch`: the exporter falls back to static
+shapes without a word when the forward pins the batch); the TorchScript-based one exports static
+shapes and is run on the example only. A torch
 transformer layer whose eager output under ``no_grad`` differs from onnxruntime's only by its
 inference fast path (padded positions 0) passes, and the reason says so. When the exporter raises,
 :mod:`layerlab.deploy.onnx_failure` names its step, the op without an ONNX translation and the
@@ -26,6 +28,7 @@ from layerlab.target.bind import flatten
 from layerlab.checks.report import Status
 from layerlab.deploy.context import Context, quiet
 from layerlab.deploy.messages import first_line, user_location
+from layerlab.deploy.onnx_batch import batch_plan, batched_names, other_batch
 from layerlab.deploy.report import PathResult
 
 #: how to get the ONNX column (printed when it is missing)
@@ -49,14 +52,22 @@ def onnx(ctx: Context) -> PathResult:
     dynamo = has_onnxscript()
     exporter = "dynamo (torch.export → onnxscript)" if dynamo else "TorchScript-based (dynamo=False)"
     details: Dict[str, Any] = {"exporter": exporter}
-    module = ctx.fresh()
+    shapes, B, batch = batch_plan(ctx) if dynamo else (None, 0, None)
     pos, kw = ctx.split()
     with quiet():
         try:
             with torch.no_grad():
-                run = _export_dynamo(module, pos, kw) if dynamo else _export_legacy(module, pos, kw)
+                run = _export_dynamo(ctx.fresh(), pos, kw, shapes) if dynamo else _export_legacy(ctx.fresh(), pos, kw)
         except Exception as exc:
-            return _export_failed(ctx, exc, dynamo, details)
+            if shapes is None:
+                return _export_failed(ctx, exc, dynamo, details)
+            try:  # the dynamic batch may be what the exporter cannot take: static shapes alone
+                with torch.no_grad():
+                    run = _export_dynamo(ctx.fresh(), pos, kw, None)
+            except Exception:
+                return _export_failed(ctx, exc, dynamo, details)
+            details["dynamic_batch_refused"] = first_line(exc)
+            shapes = batch = None
         try:
             with ctx.seeded():  # as every run compared with eager
                 got = run(pos, kw)
@@ -68,12 +79,28 @@ def onnx(ctx: Context) -> PathResult:
     if not ok:
         return PathResult("onnx", Status.FAIL, f"onnxruntime's outputs differ from eager: {problem}",
                           matches_eager=False, comparisons=comps, rtol=ctx.rtol, atol=ctx.atol, details=details)
-    reason = "exported (static shapes); onnxruntime equals eager on the example"
+    status, where, hint = Status.PASS, None, None
+    if batch is not None:
+        details["dynamic_batch"] = batched_names(shapes)
+        with quiet():
+            warned = other_batch(ctx, run, batch, shapes, B)
+        if warned is not None:
+            status, reason, where, hint = Status.WARN, warned["reason"], warned["where"], warned["hint"]
+        else:
+            reason = (f"exported with a dynamic batch; onnxruntime equals eager at batch {B} and {B + 1}"
+                      if ctx.variant_eager(batch) is not None else
+                      f"exported with a dynamic batch; onnxruntime equals eager at batch {B} (eager raises at {B + 1})")
+    elif "dynamic_batch_refused" in details:
+        status, hint = Status.WARN, "see the export(dyn B) column for where the batch size is pinned"
+        reason = ("exported with static shapes only: with a dynamic batch the exporter raised "
+                  f"{details['dynamic_batch_refused']}; onnxruntime equals eager on the example")
+    else:
+        reason = "exported (static shapes); onnxruntime equals eager on the example"
     if not ctx._compare(got, ctx.eager_out)[0]:  # equal only to eager's autograd-on behaviour
         reason += (" with autograd on; under torch.no_grad() eager takes torch's inference fast path, which "
                    "leaves padded positions 0 where the ONNX model computes them (torch leaves them undefined)")
         details["fast_path_differs"] = True
-    return PathResult("onnx", Status.PASS, reason, matches_eager=True,
+    return PathResult("onnx", status, reason, where=where, hint=hint, matches_eager=True,
                       comparisons=comps, rtol=ctx.rtol, atol=ctx.atol, details=details)
 
 
@@ -98,8 +125,9 @@ def _export_failed(ctx: Context, exc: BaseException, dynamo: bool, details: Dict
                       details=dict(details, exception=type(exc).__name__, message=str(exc)[:2000]))
 
 
-def _export_dynamo(module, pos, kw):
-    program = torch.onnx.export(module, tuple(pos), kwargs=kw or None, dynamo=True, verbose=False)
+def _export_dynamo(module, pos, kw, dynamic_shapes=None):
+    program = torch.onnx.export(module, tuple(pos), kwargs=kw or None, dynamo=True, verbose=False,
+                                dynamic_shapes=dynamic_shapes)
 
     def run(p, k):
         return program(*p, **k)  # ONNXProgram.__call__ runs an onnxruntime InferenceSession

@@ -29,17 +29,19 @@ def _line_of(fn, text):
     return f"tests/export/test_onnx_audit.py:{start + next(i for i, ln in enumerate(lines) if text in ln)}"
 
 
-def _plain_onnx(model, args, kwargs=None):
-    """Eager's and onnxruntime's outputs (flat tensor lists) with torch's exporter, no layerlab."""
+def _plain_onnx(model, args, kwargs=None, dynamic_shapes=None, run_args=None):
+    """onnxruntime's outputs (a flat tensor list) with torch's exporter, no layerlab; the model is
+    exported from ``args`` and run on ``run_args`` (default: the same)."""
     from torch.utils._pytree import tree_flatten
 
     model = model.eval()
     kwargs = kwargs or {}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(model, args, kwargs=kwargs or None, dynamo=True, verbose=False)
+        program = torch.onnx.export(model, args, kwargs=kwargs or None, dynamo=True, verbose=False,
+                                    dynamic_shapes=dynamic_shapes)
     session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    tensors = [t for t in tree_flatten((run_args or args, kwargs))[0] if isinstance(t, torch.Tensor)]
     feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
     got = [torch.from_numpy(o) for o in session.run(None, feeds)]
     return got
@@ -116,24 +118,30 @@ class BoolIndex(nn.Module):
         return x[x > 0] * 2  # output length depends on the values: ONNX has NonZero
 
 
-@pytest.mark.parametrize("make, shape", [
-    (ConvBnRelu, (2, 3, 16, 16)),
-    (lambda: nn.GRU(8, 16, num_layers=2, bidirectional=True), (6, 2, 8)),
-    (UpShuffleNorm, (2, 3, 6, 5)),
-    (BoolIndex, (2, 6)),
+@pytest.mark.parametrize("make, shape, batch_dim", [
+    (ConvBnRelu, (2, 3, 16, 16), 0),
+    (lambda: nn.GRU(8, 16, num_layers=2, bidirectional=True), (6, 2, 8), 1),  # seq-first: batch is dim 1
+    (UpShuffleNorm, (2, 3, 6, 5), 0),
+    (BoolIndex, (2, 6), 0),
 ], ids=["conv_bn_relu", "gru_bidirectional", "upsample_shuffle_norms", "boolean_index"])
-def test_stock_models_pass_where_plain_onnx_matches_eager(make, shape):
+def test_stock_models_pass_where_plain_onnx_matches_eager(make, shape, batch_dim):
     torch.manual_seed(0)
     model, x = make().eval(), torch.randn(shape)
-    with torch.no_grad():
-        eager = model(x)
-    eager = list(eager) if isinstance(eager, tuple) else [eager]
-    got = _plain_onnx(model, (x,))
-    for e, g in zip(eager, got):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)  # the truth: plain ONNX matches
+    wider = list(shape)
+    wider[batch_dim] += 1
+    x3 = torch.randn(wider)
+    dyn = {"x" if isinstance(model, (ConvBnRelu, UpShuffleNorm, BoolIndex)) else "input":
+           {batch_dim: torch.export.Dim("batch")}}
+    for inp in (x, x3):  # the truth: plain ONNX with a dynamic batch matches eager at both batch sizes
+        with torch.no_grad():
+            eager = model(inp)
+        eager = list(eager) if isinstance(eager, tuple) else [eager]
+        got = _plain_onnx(model, (x,), dynamic_shapes=dyn, run_args=(inp,))
+        for e, g in zip(eager, got):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
     cell = _cell(model, x)
     assert cell.status == Status.PASS, cell.reason
-    assert cell.matches_eager is True and "static shapes" in cell.reason
+    assert cell.matches_eager is True and "dynamic batch" in cell.reason and "batch 2 and 3" in cell.reason
 
 
 def test_transformer_padding_mask_pass_says_eager_no_grad_differs_at_padding():
