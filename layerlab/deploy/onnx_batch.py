@@ -52,7 +52,7 @@ def other_batch(ctx: Context, run: Callable[..., Any], batch: Any, shapes: Any, 
         return {"reason": f"dynamic batch exported, but onnxruntime {problems[0]}", "where": None,
                 "hint": "the forward treats samples differently at another batch size: see the "
                         "export(dyn B) and trace columns"}
-    why, where = _pinned_by(ctx, shapes)
+    why, where = _pinned_by(ctx, shapes, B)
     reason = f"the ONNX model only takes batch {B}: the exporter fell back to static shapes"
     if why:
         reason += f" ({why})"
@@ -76,17 +76,17 @@ def _raises(ctx: Context, run: Callable[..., Any], batch: Any) -> Optional[str]:
     return None
 
 
-def _pinned_by(ctx: Context, shapes: Any) -> Tuple[Optional[str], Optional[str]]:
-    """torch.export's reason for refusing the dynamic batch, and the user's line, where it says."""
+def _pinned_by(ctx: Context, shapes: Any, B: int) -> Tuple[Optional[str], Optional[str]]:
+    """torch.export's reason for refusing the dynamic batch, and the line that pinned it."""
     from layerlab.deploy.context import quiet
     from layerlab.deploy.paths import _export
+    from layerlab.deploy.pinned import export_pinning
 
     with quiet():
-        try:
-            _export(ctx, shapes)
-        except Exception as exc:
-            return first_line(exc), user_location(str(exc))
-    return None, None
+        raised, where = export_pinning(lambda: _export(ctx, shapes), B)
+    if raised is None:
+        return None, None
+    return first_line(raised), where or user_location(str(raised))
 
 
 def batched_names(shapes: Any) -> List[str]:

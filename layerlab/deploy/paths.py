@@ -34,6 +34,7 @@ import torch
 from layerlab.checks.report import Status
 from layerlab.deploy.context import Context, fresh_args, quiet
 from layerlab.deploy.messages import first_line, short_path, user_location
+from layerlab.deploy.pinned import export_pinning
 from layerlab.deploy.report import PathResult
 
 
@@ -338,10 +339,10 @@ def export_dynamic(ctx: Context) -> PathResult:
     shapes, B = _batch_shapes(ctx)
     if B < 2:
         return _result(ctx, "export_dynamic", Status.SKIP, f"batch size {B}: export cannot mark a size < 2 dynamic")
+    made: List[Any] = []
     with quiet():
-        try:
-            program = _export(ctx, shapes)
-        except Exception as exc:
+        exc, pinned_at = export_pinning(lambda: made.append(_export(ctx, shapes)), B)
+        if exc is not None:
             static = None
             try:
                 _export(ctx)
@@ -350,10 +351,12 @@ def export_dynamic(ctx: Context) -> PathResult:
             if static is not None:
                 return _raised(ctx, "export_dynamic", static, "torch.export raised (static shapes too)")
             return _result(ctx, "export_dynamic", Status.WARN, f"batch size baked in: {first_line(exc)}",
-                           where=user_location(str(exc)), hint="the forward uses the batch size as a Python int: "
-                           "a hard-coded view/reshape (view(8, -1): write view(x.shape[0], -1)) or a Python loop "
-                           "over samples (vectorise it over the batch dim)",
+                           where=pinned_at or user_location(str(exc)),
+                           hint="the forward uses the batch size as a Python int: a hard-coded view/reshape "
+                           "(view(8, -1): write view(x.shape[0], -1)) or a Python loop over samples (vectorise it "
+                           "over the batch dim)",
                            details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
+        program = made[0]
         failed, comps = _on_example(ctx, "export_dynamic", lambda *p, **k: program.module()(*p, **k),
                                     "the exported program raised on its own example",
                                     "the exported program differs from eager")

@@ -60,6 +60,7 @@ def test_a_pinned_batch_is_exported_static_without_a_word_and_the_cell_warns():
     assert cell.status == Status.WARN, cell.reason
     assert "only takes batch 4" in cell.reason and "fell back to static shapes" in cell.reason
     assert "loop over samples" in cell.hint
+    assert cell.where.endswith("test_onnx_dynamic_batch.py:31"), cell.where  # the loop's line
 
 
 def test_the_vectorised_model_passes_at_both_batch_sizes():
