@@ -24,6 +24,8 @@ import torch
 import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
+from layerlab.probe import prefix_token_rules, sequence_target_rules, short_sequence_rules, shortcut_rules, split_axis_rules
+from layerlab.probe import batch_axis_rules, extra_axis_rules
 from layerlab.probe import channel_rules, hf_rules, image_size_rules, loss_rules, loss_shape_rules, order_rules, upstream_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
@@ -148,7 +150,9 @@ _RULES: List[tuple] = [
     (nn.Linear, R.linear),
     (nn.Conv3d, channel_rules.video_frames_first),
     (nn.modules.conv._ConvNd, R.conv),
+    (nn.RNNBase, extra_axis_rules.trailing_one_ids),
     (nn.RNNBase, R.rnn),
+    (nn.MultiheadAttention, batch_axis_rules.mixed_layouts),
     (nn.MultiheadAttention, mha),
     ((nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder, nn.TransformerEncoderLayer,
       nn.TransformerDecoderLayer), transformer_masks),
@@ -161,6 +165,7 @@ _RULES: List[tuple] = [
     ((nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd), upstream_rules.pool_too_small),
     loss_rules.MODULES,
     loss_shape_rules.MODULES,
+    ((nn.CrossEntropyLoss, nn.NLLLoss), sequence_target_rules.per_step_logits_module),
 ]
 
 
@@ -171,7 +176,9 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     if found is not None:
         return found
     if failed is not None:
-        found = _safe(lambda: upstream_rules.cat_after_upsample(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed))
+        found = _safe(lambda: upstream_rules.cat_after_upsample(ctx, failed)) \
+            or _safe(lambda: shortcut_rules.strided_shortcut(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed)) \
+            or _safe(lambda: sequence_target_rules.per_step_logits(ctx, failed))
         if found is not None:
             return found
     module = ctx.module
@@ -186,8 +193,20 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
         found = _safe(lambda: rule(ctx))
         if found is not None:  # a resize that a wrong loop index would need is not the fix
             found = _safe(lambda: order_rules.call_order(ctx, found)) \
-                or _safe(lambda: image_size_rules.built_for_other_size(ctx, found)) or found
+                or _safe(lambda: image_size_rules.built_for_other_size(ctx, found)) \
+                or _safe(lambda: _refined(ctx, found)) or found
             return _at_model_input(ctx, _readable(found))
+    return None
+
+
+def _refined(ctx: FailureContext, found: Diagnosis) -> Optional[Diagnosis]:
+    """A module rule's diagnosis made precise by what the op trace saw upstream (the split, the CLS cat,
+    the short ids) — or ``None`` to keep it."""
+    for refine in (split_axis_rules.chunked_batch, prefix_token_rules.mask_before_prefix,
+                   short_sequence_rules.pad_short_ids):
+        better = _safe(lambda: refine(ctx, found))
+        if better is not None:
+            return better
     return None
 
 

@@ -63,10 +63,24 @@ def _convert(value: Any, to: str) -> Any:
         sizes = [-1] * value.dim()
         sizes[dim] = size
         return value.expand(*sizes)
+    if to.startswith("keep:"):  # "keep:front:1": a padding mask given j columns of keep (False / 0.) for a CLS token
+        side, count = to[len("keep:"):].split(":")
+        zeros = value.new_zeros(*value.shape[:-1], int(count))
+        return torch.cat([zeros, value] if side == "front" else [value, zeros], dim=-1)
+    if to.startswith("padto:"):  # "padto:5:0": token ids padded on the right to 5 with the padding id 0
+        length, fill = (int(v) for v in to[len("padto:"):].split(":"))
+        return torch.nn.functional.pad(value, (0, max(0, length - value.shape[-1])), value=fill)
+    if to.startswith("select:"):  # "select:1:-1": x[:, -1] (an RNN's last step for a sequence classifier)
+        dim, position = (int(v) for v in to[len("select:"):].split(":"))
+        return value.select(dim, position)
     if to.startswith("argmax:"):  # one-hot rows → class indices
         return value.argmax(int(to[len("argmax:"):]))
     if to.startswith("squeeze:"):
         return value.squeeze(int(to[len("squeeze:"):]))
+    if to.startswith("interpolate:"):  # "interpolate:16,16:bilinear": logits resized to a mask's size
+        size, mode = to[len("interpolate:"):].split(":")
+        return torch.nn.functional.interpolate(value, size=[int(v) for v in size.split(",")], mode=mode,
+                                               align_corners=False)
     if to.startswith("shape:"):  # "shape:4,1+float32": a target shaped (and cast) like the logits
         shape, _, dtype = to[len("shape:"):].partition("+")
         value = value.reshape([int(v) for v in shape.split(",")])
@@ -230,7 +244,8 @@ def _substitution(params: Dict[str, Any]) -> Callable:
         return lambda func, args, kwargs: (torch.Tensor.permute, (args[0], *dims), {})
     if "dim" in params:
         dim = params["dim"]
-        return lambda func, args, kwargs: (func, args[:1], {**{k: v for k, v in kwargs.items() if k != "dim"}, "dim": dim})
+        keep = params.get("keep_args", 1)  # chunk(2, dim=0): the chunk count stays, only the dim changes
+        return lambda func, args, kwargs: (func, args[:keep], {**{k: v for k, v in kwargs.items() if k != "dim"}, "dim": dim})
     if "transpose" in params:
         which = params["transpose"]
 

@@ -14,6 +14,12 @@ Legend: N batch, C classes, T positions (tokens, pixels).
   When a ``batch_first=True`` RNN was given an input whose dim 0 is the logits' batch and whose dim 1 is
   the target's, the RNN read ``(T, N, C)`` data as ``(N, T, C)``: transpose its input. Otherwise the
   report says what it sees and offers no fix.
+* **Logits at a lower resolution than the mask.** A segmentation head after strided layers gives
+  ``(N, C, H/s, W/s)`` logits for a ``(N, H, W)`` mask. With the batch and the classes in place and every
+  spatial size smaller by about one factor, the fix upsamples the logits to the mask's size
+  (``F.interpolate(logits, size=…, mode="bilinear")``); downsampling the mask with ``mode="nearest"`` is
+  the alternative. A mask is never reshaped or cropped (that mislabels pixels), and a 1-D sequence
+  (a tagger whose conv shortened it) gets no fix: padding the conv is its fix, not interpolation.
 * **BCE targets.** ``binary_cross_entropy_with_logits`` wants a float target of the logits' shape:
   an integer 0/1 target is cast with ``.float()``; a target with the logits' numbers in another shape
   (``(N,)`` for ``(N, 1)``) is reshaped like the logits.
@@ -75,6 +81,8 @@ def cross_entropy(ctx, logits, target, api: str, fix: FixMaker) -> Optional[Diag
                 fix=fix(1, "argmax:1", "target.argmax(1)"), rule=_CE_RULE)
         if tshape and tshape[0] != shape[0]:
             return _batches(ctx, logits, target, shown)
+        if len(tshape) == len(index_shape) >= 3 and tshape != index_shape:
+            return _resolution(ctx, shape, tshape, shown, fix)
         return None
     if tshape != shape and target.numel() == logits.numel() and target.dim() == logits.dim() + 1:
         for d in range(target.dim()):
@@ -107,6 +115,36 @@ def _batches(ctx, logits, target, shown: str) -> Diagnosis:
     return Diagnosis(base, expected=f"batch {want}", got=f"batch {n}", cause="batch",
                      hint="the logits and the target must have one row per sample; check the reshapes between the "
                           "model's input and its logits", rule=_CE_RULE)
+
+
+def _resolution(ctx, shape, tshape, shown: str, fix: FixMaker) -> Optional[Diagnosis]:
+    """Segmentation logits ``(N, C, h, w)`` smaller than the mask ``(N, H, W)`` by one stride factor."""
+    small, big = shape[2:], tshape[1:]
+    if any(s >= b for s, b in zip(small, big)):
+        return None  # not smaller on every axis: a transpose or a crop, nothing an upsampling explains
+    ratios = [b / s for s, b in zip(small, big)]
+    sizes = f"{' × '.join(map(str, small))} vs the mask's {' × '.join(map(str, big))}"
+    if not all(r >= 1.9 and abs(r - round(r)) <= 0.1 * r for r in ratios) or max(ratios) / min(ratios) > 1.25:
+        return Diagnosis(  # a few pixels short (unpadded convs): resizing either side would misalign them
+            f"{shown}: the logits are smaller than the mask ({sizes}), but not by a stride factor: layers "
+            "without padding?", expected=f"logits {[*shape[:2], *big]}", got=shape, cause="resolution",
+            hint="keep the spatial size through the network (padding=kernel_size // 2 in the convs); resizing the "
+                 "logits or cutting the mask would pair logits with other pixels' labels", rule=_CE_RULE)
+    size = ", ".join(map(str, big))
+    mode = "bilinear" if len(big) == 2 else "trilinear"
+    code = f"F.interpolate(logits, size=({size}), mode='{mode}', align_corners=False)"
+    failed = ctx.failed_op
+    log_probs = failed.record.op == "F.nll_loss" if failed is not None else isinstance(ctx.module, nn.NLLLoss)
+    down = f"F.interpolate(mask[:, None].float(), size=({', '.join(map(str, small))}), mode='nearest')[:, 0].long()"
+    return Diagnosis(
+        f"{shown}: the logits are at a lower resolution than the mask ({sizes}, smaller by "
+        f"{' × '.join(f'{r:g}' for r in ratios)}); cross_entropy needs one logit vector per mask pixel",
+        expected=f"logits {[*shape[:2], *big]}", got=shape, cause="resolution",
+        hint=f"upsample the logits to the mask's size{' before log_softmax' if log_probs else ''}: {code}",
+        fix=None if log_probs else fix(0, f"interpolate:{size.replace(' ', '')}:{mode}", code),
+        alternatives=[f"or downsample the mask to the logits' size (nearest, never bilinear, for labels): {down}",
+                      "not a reshape or a crop of the mask: that would pair logits with other pixels' labels"],
+        rule=_CE_RULE)
 
 
 def bce(logits, target, api: str, fix: FixMaker) -> Optional[Diagnosis]:

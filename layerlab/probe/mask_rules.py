@@ -110,6 +110,15 @@ def mha(ctx) -> Optional[Diagnosis]:
         if list(mask.shape) not in (ok2, ok3):
             if flipped is not None and mask.dim() == 3 and list(mask.shape) == [flipped[0] * m.num_heads, flipped[1], flipped[2]]:
                 return _batch_first(ctx, m, f"attn_mask {list(mask.shape)} is (N·num_heads, L, S) for the other layout", rule)
+            if flipped is not None and list(mask.shape) == [flipped[1], flipped[2]] and flipped[1] != L:
+                # (L, S) exactly for the other layout: read first, or a causal crop to the batch size would
+                # run with the batch taken as the sequence (attention across the samples)
+                found = _batch_first(ctx, m, f"attn_mask {list(mask.shape)} is (L, S) for the query read as "
+                                             f"{'(L, N, E)' if m.batch_first else '(N, L, E)'}", rule)
+                found.alternatives.append(f"only if dim {1 if m.batch_first else 0} really is the sequence and the mask "
+                                          f"was built for a longer one: attn_mask[:{L}, :{L}] (cropping it otherwise "
+                                          f"runs with the batch taken as the sequence: attention across samples)")
+                return found
             if ok3 is not None and list(mask.shape) == [n, L, S]:  # one mask per sequence, none per head
                 return _per_sequence_mask(ctx, m, mask, ok3)
             if L == S and mask.dim() == 2 and mask.shape[0] == mask.shape[1] > L and _causal(mask):

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import torch
 
-from layerlab.probe import join_rules, loss_rules, loss_shape_rules
+from layerlab.probe import batch_axis_rules, join_rules, loss_rules, loss_shape_rules, window_rules
 from layerlab.probe.einsum_rules import einsum
 from layerlab.probe.context import op_at as _at, op_site as _site, op_tensors, op_text
 from layerlab.probe.hooks import dtype_name
@@ -260,7 +260,7 @@ def matmul(ctx, failed) -> Optional[Diagnosis]:
         return None
     k, k2 = a.shape[-1], b.shape[-2]
     if k == k2:
-        return _batch_dims(ctx, record, a, b)
+        return batch_axis_rules.seq_first_operand(ctx, failed, a, b) or _batch_dims(ctx, record, a, b)
     named = [("a", a), ("b", b)]
     base = (f"`{op_text(record)}`{_at(record)} multiplies a {list(a.shape)} by b {list(b.shape)}: "
             f"a's last dim ({k}) must equal b's second-to-last ({k2}); " + ctx.origins(named))
@@ -390,7 +390,7 @@ def diagnose_op(ctx, failed) -> Optional[Diagnosis]:
     name = failed.record.op.lstrip("_").rstrip("_") if failed.record.op.startswith("__") else failed.record.op
     op = failed.record.op
     if op in ("view", "reshape", "view_as"):
-        return view(ctx, failed)
+        return window_rules.partition(failed, _requested(failed)) or view(ctx, failed)
     if op in ("cat", "concat", "concatenate", "stack"):
         return cat(ctx, failed)
     if op in ("masked_fill", "masked_fill_"):

@@ -1,0 +1,92 @@
+"""A Conv1d over token embeddings whose kernel is longer than the sentence: pad the ids.
+
+Legend: N batch, T tokens, E embedding features, k kernel span (``dilation·(kernel − 1) + 1``),
+p the conv's padding.
+
+A Kim-style text CNN (kernels 3, 4, 5 over ``emb(ids).transpose(1, 2)``) raises "Kernel size can't
+be greater than actual input size" for a batch of short sentences. The sentences are too short,
+not the kernel too long: ``kernel_size=T`` would run and change the model. When the conv's input
+comes (through transposes) from an ``nn.Embedding`` that has a ``padding_idx`` and reads the model's
+own input, the fix pads the ids with that id to ``k − 2·p`` tokens — exactly what a collate
+function with a minimum length does — and is verified. Without a ``padding_idx`` the pad id is
+unknown: the hint says what to do, no fix.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from layerlab.probe.report import Diagnosis, FixStep
+
+_STEPS = 4
+
+
+def pad_short_ids(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+    """Refine "the kernel does not fit in the padded input" of a Conv1d fed token embeddings."""
+    conv = ctx.module
+    if not isinstance(conv, nn.Conv1d) or "kernel does not fit" not in found.message:
+        return None
+    x = ctx.arg("input", 0)
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not isinstance(conv.padding, tuple):
+        return None
+    span = conv.dilation[0] * (conv.kernel_size[0] - 1) + 1
+    need, T = span - 2 * conv.padding[0], x.shape[-1]
+    found.hint = (f"the input has {T} positions and {ctx.path}'s kernel spans {span}: pad the sequences to at "
+                  f"least {need} positions (or give {ctx.path} padding ≥ {-(-(span - T) // 2)}); a smaller "
+                  "kernel_size would run but change the model")
+    emb_call = _embedding_behind(ctx, x)
+    if emb_call is None:
+        return found
+    emb = ctx.recorder.modules[emb_call.index]
+    pad = emb.padding_idx
+    ids_slot = emb_call.tensor_inputs[0].slot if emb_call.tensor_inputs else None
+    placed = _model_input(ctx, ids_slot)
+    if pad is None or placed is None:
+        found.hint += f"; {emb_call.label} (Embedding) has no padding_idx to pad the ids with" if pad is None else ""
+        return found
+    where, arg, name, ids = placed
+    if ids.dim() != 2 or ids.shape[1] != T:
+        return found
+    code = f"F.pad({name}, (0, {need - T}), value={pad})"
+    found.message += (f"; the {T} positions are the tokens of the model's input `{name}` {list(ids.shape)}, "
+                      f"embedded by {emb_call.label} (padding_idx={pad})")
+    found.hint = (f"pad the token ids to {need} with the padding id: {code} (a minimum length in the collate "
+                  f"function); a smaller kernel_size would run but change the model")
+    found.fix = FixStep("cast-input", where, code, {"arg": arg, "to": f"padto:{need}:{pad}"})
+    found.cause = "short-sequence"
+    return found
+
+
+def _embedding_behind(ctx, x: torch.Tensor):
+    """The Embedding call whose output ``x`` is, through transposes and permutes of the user's code."""
+    op_index, call_index = ctx.made_by(x)
+    for _ in range(_STEPS):
+        record = ctx.op(op_index)
+        if record is None:
+            break
+        if record.op not in ("transpose", "permute", "movedim", "swapaxes", "contiguous") or len(record.inputs) != 1:
+            return None
+        op_index, call_index = record.inputs[0].from_op, record.inputs[0].from_call
+    call = ctx.call(call_index) if op_index is None else None
+    if call is None or not isinstance(ctx.recorder.modules[call.index], nn.Embedding):
+        return None
+    return call
+
+
+def _model_input(ctx, slot):
+    """``(path, key, name, tensor)`` of the outermost call's argument that is the tracked tensor ``slot``."""
+    from layerlab.probe.hooks import forward_arg_names
+
+    if slot is None or not ctx.outer:
+        return None
+    path, args, kwargs = ctx.outer[0]
+    module = ctx.recorder.root.get_submodule(path) if path else ctx.recorder.root
+    names = forward_arg_names(type(module))
+    for key, value in [*enumerate(args), *kwargs.items()]:
+        if isinstance(value, torch.Tensor) and ctx.recorder._slot_of(value) == slot:
+            name = key if isinstance(key, str) else (names[key] if key < len(names) else "ids")
+            return path, key, name, value
+    return None

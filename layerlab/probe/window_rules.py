@@ -1,0 +1,104 @@
+"""A window (or patch) partition of a map whose size is not a multiple of the window.
+
+Legend: B batch, H/W (and D) the spatial sizes, C channels, ws the window (or patch) size.
+
+Swin's window partition ``x.view(B, H // ws, ws, W // ws, ws, C)`` and ViT's patchify
+``x.view(B, C, H // p, p, W // p, p)`` split each spatial axis ``d`` into ``(d // ws, ws)``. When ``d``
+is not a multiple of ``ws`` the floor division drops the remainder and the view asks for fewer
+elements than the input holds: torch says only "shape '[…]' is invalid for input of size …".
+
+The rule recognises the pattern from the sizes alone, and only where it is unmistakable: the
+requested shape is the input's shape with at least two axes each replaced by ``(d // ws, ws)`` for
+the *same* ``ws`` (every other axis kept, or ``-1``), and at least one of those ``d`` is not a multiple
+of ``ws``. One such axis alone is no window (``x.view(B, T, heads, D // heads)`` with ``D`` not divisible
+by ``heads`` has the same arithmetic, and padding the features would be wrong there).
+
+The first fix is advice, not a mechanical change: pad the axes up to a multiple of the window with
+``F.pad`` (what Swin does, then crops the merged output back), and read ``H``, ``W`` from the padded
+tensor. Where the sizes come from and where the crop goes are the model's code, so nothing is re-run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from layerlab.probe.context import op_at
+from layerlab.probe.report import Diagnosis
+
+#: ``(input axis, window)`` for each axis split into ``(d // window, window)``.
+Splits = List[Tuple[int, int]]
+
+
+def _align(shape: Sequence[int], wanted: Sequence[int], i: int = 0, j: int = 0) -> Optional[Splits]:
+    """How ``wanted`` arises from ``shape``: each input axis kept (or ``-1``), or split into
+    ``(d // w, w)`` with ``w ≥ 2``; ``None`` when it does not (keeping an axis is tried first)."""
+    if i == len(shape):
+        return [] if j == len(wanted) else None
+    d = shape[i]
+    if j < len(wanted) and wanted[j] in (d, -1):
+        rest = _align(shape, wanted, i + 1, j + 1)
+        if rest is not None:
+            return rest
+    if j + 1 < len(wanted):
+        a, w = wanted[j], wanted[j + 1]
+        if w >= 2 and a >= 1 and a == d // w:
+            rest = _align(shape, wanted, i + 1, j + 2)
+            if rest is not None:
+                return [(i, w), *rest]
+    return None
+
+
+def _pad_code(var: str, shape: Sequence[int], short: dict) -> str:
+    """``F.pad(x, (0, 0, 0, 2, 0, 2))``: F.pad's pairs run from the last axis back to the first padded one."""
+    pairs = []
+    for axis in range(len(shape) - 1, min(short) - 1, -1):
+        pairs += [0, short.get(axis, 0)]
+    return f"F.pad({var}, ({', '.join(map(str, pairs))}))"
+
+
+def partition(failed, wanted: Optional[List[int]]) -> Optional[Diagnosis]:
+    """``x.view(B, H // ws, ws, W // ws, ws, C)`` on an ``H`` or ``W`` that ``ws`` does not divide
+    (``wanted``: the sizes the view asked for)."""
+    record = failed.record
+    x = failed.args[0] if failed.args and isinstance(failed.args[0], torch.Tensor) else None
+    if x is None or wanted is None or "stride" in str(failed.exc) or wanted.count(-1) > 1:
+        return None
+    shape = list(x.shape)
+    splits = _align(shape, wanted)
+    windows = {w for _, w in splits or []}
+    if not splits or len(splits) < 2 or len(windows) != 1:
+        return None
+    ws = windows.pop()
+    short = {axis: (-shape[axis]) % ws for axis, _ in splits if shape[axis] % ws}
+    if not short:
+        return None
+    axes = sorted(short)
+    sizes = [shape[a] for a in axes]
+    padded = [math.ceil(s / ws) * ws for s in sizes]
+    split_axes = [a for a, _ in splits]
+    named = ", ".join(map(str, axes))
+    crop = ", ".join(f":{shape[a]}" if a in short else ":" for a in range(max(axes) + 1))
+    var = record.receiver if record.receiver and record.receiver.isidentifier() else "x"
+    pad = _pad_code(var, shape, short)
+    asked = math.prod(wanted) if -1 not in wanted else None
+    common = math.gcd(*sizes)
+    fitting = [w for w in range(2, common) if common % w == 0]
+    return Diagnosis(
+        f".{record.op}({', '.join(map(str, wanted))}){op_at(record)} splits the axes {split_axes} of the input "
+        f"{shape} into windows of {ws}, but {' and '.join(map(str, sorted(set(sizes))))} "
+        f"{'is' if len(set(sizes)) == 1 else 'are'} not a multiple of {ws}: "
+        + "; ".join(f"axis {a}: {shape[a]} // {ws} = {shape[a] // ws} windows cover {shape[a] // ws * ws}, "
+                    f"{shape[a] % ws} left over" for a in axes)
+        + (f" — so it asks for {asked} elements of {x.numel()}" if asked is not None else ""),
+        expected=f"axes {named} a multiple of {ws}", got=sizes, cause="window-size",
+        hint=f"pad axes {named} up to a multiple of the window {ws} ({' × '.join(map(str, sizes))} → "
+             f"{' × '.join(map(str, padded))}) before the partition: {var} = {pad}, and read the sizes from the "
+             f"padded {var} (as Swin does); after merging the windows back, crop to the original size: {var}[{crop}]",
+        alternatives=[f"a window size that divides {' and '.join(map(str, sorted(set(sizes))))}"
+                      + (f" ({' or '.join(map(str, fitting))})" if fitting else ""),
+                      f"crop the input to {' × '.join(str(s // ws * ws) for s in sizes)} (drops the border)"],
+        rule="window partition: each split axis d becomes (d // ws, ws), exact only when ws divides d",
+    )
