@@ -39,7 +39,7 @@ def batch_plan(ctx: Context) -> Tuple[Any, int, Any]:
 def other_batch(ctx: Context, run: Callable[..., Any], batch: Any, shapes: Any, B: int) -> Optional[dict]:
     """Run the ONNX model at batch B + 1 next to eager. ``None`` when it equals eager there;
     otherwise ``{"reason", "where", "hint"}`` of the warning."""
-    from layerlab.deploy.paths import _check_variants
+    from layerlab.deploy.cells import _check_variants
 
     problems, _, tried = _check_variants(ctx, lambda *p, **k: run(p, k), [batch])
     eager_fails = not tried

@@ -1,9 +1,6 @@
 """One function per export path: run it on the layer, compare with eager, say pass / warn / fail and why.
 
-* ``trace``: ``torch.jit.trace``. Fails if tracing raises or the trace disagrees with eager on the
-  example. Warns when it is input-specific: a TracerWarning (a tensor turned into a Python bool,
-  int or float: the branch or size is frozen), or another batch size, length or sign of the
-  inputs (see :mod:`layerlab.deploy.variants`) where eager runs and the trace raises or differs.
+* ``trace``: ``torch.jit.trace``: see :mod:`layerlab.deploy.trace_path`.
 * ``script``: ``torch.jit.script``: compiles the Python source, so it fails on what TorchScript
   cannot type; outputs are compared on the example and every variant, and the module is saved
   (``torch.jit.save``, to memory): one that runs but cannot be saved (a ``@torch.jit.ignore``'d
@@ -26,172 +23,17 @@ to differ.
 from __future__ import annotations
 
 import time
-import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
 from layerlab.checks.report import Status
-from layerlab.deploy.context import Context, fresh_args, quiet
-from layerlab.deploy.messages import first_line, short_path, user_location
+from layerlab.deploy.cells import _check_variants, _matches, _on_example, _raised, _result
+from layerlab.deploy.context import Context, quiet
+from layerlab.deploy.messages import first_line, user_location
 from layerlab.deploy.pinned import export_pinning
 from layerlab.deploy.report import PathResult
-
-
-def _result(ctx: Context, path: str, status: Status, reason: str, **kw: Any) -> PathResult:
-    return PathResult(path, status, reason, rtol=ctx.rtol, atol=ctx.atol, **kw)
-
-
-def _raised(ctx: Context, path: str, exc: BaseException, what: str, hint: Optional[str] = None) -> PathResult:
-    """A FAIL from ``exc``; an output torch cannot flatten or trace overrides the path's usual ``hint``."""
-    from layerlab.deploy.causes import cause_hint
-    from layerlab.deploy.hints import output_hint
-
-    innermost = "first" if path in ("script", "trace") else "last"
-    where = user_location(str(exc), innermost)
-    hint = output_hint(exc, ctx.eager_out, path) or cause_hint(exc, path, ctx.module, where) or hint
-    return _result(ctx, path, Status.FAIL, f"{what}: {first_line(exc)}", where=where, hint=hint,
-                   details={"exception": type(exc).__name__, "message": str(exc)[:2000]})
-
-
-def _check_variants(ctx: Context, run: Callable[..., Any], variants=None) -> tuple:
-    """Run ``run(*pos, **kw)`` on each variant where eager runs: ``(problems, comparisons, tried)``."""
-    problems, comps, tried = [], [], []
-    for v in ctx.variants if variants is None else variants:
-        expected = ctx.variant_eager(v)
-        if expected is None:
-            continue
-        tried.append(v.description)
-        pos, kw = ctx.split(v.args)
-        try:
-            with torch.no_grad(), ctx.seeded():  # eager's run on this variant started from this RNG state too
-                got = run(*pos, **kw)
-        except Exception as exc:
-            problems.append(f"at {v.description} it raises {first_line(exc)}")
-            continue
-        ok, c, problem = ctx.compare(got, expected)
-        comps += c
-        if not ok:
-            problems.append(f"at {v.description} {problem}")
-    return problems, comps, tried
-
-
-def _matches(ctx: Context, got: Any) -> tuple:
-    return ctx.compare(got, ctx.eager_out, "example")
-
-
-def _on_example(ctx: Context, path: str, run: Callable[..., Any], raised: str, differs: str,
-                **fail: Any) -> Tuple[Optional[PathResult], List[dict]]:
-    """Run the program on the example and compare with eager: ``(FAIL result or None, comparisons)``.
-
-    ``raised`` / ``differs`` start the reason when it raises / when its outputs differ; ``fail``
-    goes into that FAIL result too.
-    """
-    pos, kw = ctx.split()
-    try:
-        with torch.no_grad(), ctx.seeded():  # the RNG state eager's run started from
-            got = run(*pos, **kw)
-    except Exception as exc:
-        return _raised(ctx, path, exc, raised), []
-    ok, comps, problem = _matches(ctx, got)
-    if not ok:
-        return _result(ctx, path, Status.FAIL, f"{differs}: {problem}", matches_eager=False, comparisons=comps,
-                       **fail), comps
-    return None, comps
-
-
-# -- torch.jit.trace ---------------------------------------------------------------------------------
-
-def trace(ctx: Context) -> PathResult:
-    module = ctx.fresh()
-    pos, kw = ctx.split()
-    by_name = ctx.as_kwargs(fresh_args(ctx.args)) if kw else None  # a copy: forward may write into it
-    with quiet(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            with torch.no_grad():
-                if by_name is not None:
-                    traced = torch.jit.trace(module, example_kwarg_inputs=by_name, check_trace=False)
-                else:
-                    traced = torch.jit.trace(module, tuple(pos), check_trace=False)
-        except Exception as exc:
-            failed = _raised(ctx, "trace", exc, "tracing raised",
-                             hint="torch.jit.trace runs forward once on tensors it records; try torch.export")
-            plain = _non_tensor_inputs(by_name, str(exc))
-            if plain and "can be inputs to traced functions" in str(exc):
-                # torch's interface, not the model: trace takes tensors only; a flag must be bound first
-                failed.hint = (f"torch.jit.trace takes tensors only, and {', '.join(plain)} is not one: bind it "
-                               f"before tracing (functools.partial or a wrapper module: the trace bakes it in "
-                               f"anyway), or use torch.export (it takes plain values)")
-                failed.details["non_tensor_inputs"] = plain
-            return failed
-        tracer = _tracer_warnings(caught)
-        if by_name is not None:
-            def run(*p, **k):
-                return traced(**ctx.as_kwargs([*_as_args(p), *_as_args(k, keyword=True)]))
-        else:
-            def run(*p, **k):
-                return traced(*p)
-        details: Dict[str, Any] = {"tracer_warnings": tracer}
-        failed, comps = _on_example(ctx, "trace", run, "the traced module raised on its own example",
-                                    "the trace differs from eager", details=details)
-        if failed is not None:
-            return failed
-        problems, more, tried = _check_variants(ctx, run)
-    details["variants"] = tried
-    where = tracer[0]["where"] if tracer else None
-    hint = ("the trace froze a Python value computed from a tensor (a shape, a branch, a loop count): "
-            "use torch.export with Dim for dynamic sizes, or torch.jit.script")
-    if problems:
-        extra = f"; {len(tracer)} TracerWarning(s)" if tracer else ""
-        return _result(ctx, "trace", Status.WARN, f"input-specific: {problems[0]}{extra}", where=where, hint=hint,
-                       matches_eager=True, comparisons=comps + more, details=dict(details, problems=problems))
-    if tracer:
-        still = f"; at {', '.join(tried)} it still equals eager" if tried else ""
-        return _result(ctx, "trace", Status.WARN, f"TracerWarning: {tracer[0]['message']}{still}", where=where,
-                       hint=hint,
-                       matches_eager=True, comparisons=comps + more, details=details)
-    tail = f" and at {', '.join(tried)}" if tried else ""
-    return _result(ctx, "trace", Status.PASS, f"the trace equals eager on the example{tail}", matches_eager=True,
-                   comparisons=comps + more, details=details)
-
-
-def _non_tensor_inputs(by_name: Optional[Dict[str, Any]], message: str = "") -> List[str]:
-    """``name=value`` of the example's arguments that hold no tensor (those of the type torch's message
-    names, "… Got bool", where it names one)."""
-    import re
-
-    from layerlab.target.bind import flatten
-
-    plain = {name: value for name, value in (by_name or {}).items()
-             if not isinstance(value, torch.Tensor) and not flatten(value)}
-    named = re.search(r"Got (\w+)\s*$", message.strip())
-    if named:
-        plain = {n: v for n, v in plain.items() if type(v).__name__ == named.group(1)} or plain
-    return [f"{name}={value!r}"[:60] for name, value in plain.items()]
-
-
-def _as_args(values, keyword: bool = False):
-    from layerlab.target.bind import Arg
-
-    if keyword:
-        return [Arg(k, v, True) for k, v in values.items()]
-    return [Arg(f"_{i}", v, False) for i, v in enumerate(values)]
-
-
-def _tracer_warnings(caught) -> List[Dict[str, Any]]:
-    """TracerWarnings, one per source line: what was frozen and where."""
-    out, seen = [], set()
-    for w in caught:
-        if not issubclass(w.category, torch.jit.TracerWarning):
-            continue
-        key = (w.filename, w.lineno)
-        if key in seen:
-            continue
-        seen.add(key)
-        text = str(w.message).strip().split(". ")[0]
-        out.append({"where": f"{short_path(w.filename)}:{w.lineno}", "message": text})
-    return out
+from layerlab.deploy.trace_path import trace
 
 
 # -- torch.jit.script --------------------------------------------------------------------------------

@@ -192,3 +192,23 @@ def test_transformers_dict_output_trace_hint_offers_strict_false_and_it_works():
         traced = torch.jit.trace(model, (pixels,), strict=False, check_trace=False)
         for got, want in zip(_flat(traced(pixels)), _flat(model(pixels))):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert "with strict=False it traces and equals eager on the example" in cell.reason, cell.reason
+    assert cell.details["strict_false"].endswith("(checked)")
+
+
+class _KeysBySign(torch.nn.Module):
+    """A dict whose keys depend on the input: the strict=False trace bakes in one of them."""
+
+    def forward(self, x):
+        return {"pos": x * 2} if bool(x.sum() > 0) else {"neg": x * 3}
+
+
+def test_strict_false_retry_says_when_the_relaxed_trace_is_input_specific():
+    x = torch.ones(2, 3)
+    with torch.no_grad():  # the truth: the relaxed trace runs, and returns "pos" for a negative input too
+        traced = torch.jit.trace(_KeysBySign(), (x,), strict=False, check_trace=False)
+        assert set(traced(-x)) == {"pos"} and set(_KeysBySign()(-x)) == {"neg"}
+    cell = export_check(_KeysBySign(), x, paths=["trace"]).paths[0]
+    assert cell.status == Status.FAIL
+    assert "with strict=False it traces and equals eager on the example, but at " in cell.reason, cell.reason
+    assert not cell.details["strict_false"].endswith("(checked)")
