@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
 from layerlab.probe import prefix_token_rules, sequence_target_rules, short_sequence_rules, shortcut_rules, split_axis_rules
-from layerlab.probe import batch_axis_rules, extra_axis_rules
+from layerlab.probe import batch_axis_rules, dataflow_rules, extra_axis_rules, patch_rules
 from layerlab.probe import channel_rules, hf_rules, image_size_rules, loss_rules, loss_shape_rules, order_rules, upstream_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
@@ -177,7 +177,8 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
         return found
     if failed is not None:
         found = _safe(lambda: upstream_rules.cat_after_upsample(ctx, failed)) \
-            or _safe(lambda: shortcut_rules.strided_shortcut(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed)) \
+            or _safe(lambda: shortcut_rules.strided_shortcut(ctx, failed)) \
+            or _safe(lambda: dataflow_rules.diagnose(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed)) \
             or _safe(lambda: sequence_target_rules.per_step_logits(ctx, failed))
         if found is not None:
             return found
@@ -203,7 +204,7 @@ def _refined(ctx: FailureContext, found: Diagnosis) -> Optional[Diagnosis]:
     """A module rule's diagnosis made precise by what the op trace saw upstream (the split, the CLS cat,
     the short ids) — or ``None`` to keep it."""
     for refine in (split_axis_rules.chunked_batch, prefix_token_rules.mask_before_prefix,
-                   short_sequence_rules.pad_short_ids):
+                   short_sequence_rules.pad_short_ids, patch_rules.unfold_features):
         better = _safe(lambda: refine(ctx, found))
         if better is not None:
             return better

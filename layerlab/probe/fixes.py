@@ -229,6 +229,10 @@ def _permute_operand(which: int, dims) -> Callable:
 
 def _substitution(params: Dict[str, Any]) -> Callable:
     """How to call one op differently (the op trace applies it at its source line)."""
+    if "rewrite" in params:  # a change picked by name (an einsum equation, reshape sizes …)
+        from layerlab.probe.op_rewrites import substitution
+
+        return substitution(params)
     if params.get("with") == "cat":  # torch.stack → torch.cat along the dim the shapes differ on
         dim = params["dim"]
         return lambda func, args, kwargs: (torch.cat, args[:1], {"dim": dim})

@@ -332,7 +332,8 @@ def layer_norm(ctx) -> Optional[Diagnosis]:
             return _layout(ctx, f"{base}; the input is channels-first (N, C, …){source} where LayerNorm normalizes the "
                            "last dim" + Lay.then_size(shape[axis], want[0], "normalized_shape"),
                            Lay.move_axis(x.dim(), axis, -1), rule, ["*", *want], shape, "normalize over the channel dim",
-                           caveat + ["or use nn.GroupNorm(1, C) for a norm over (C, H, W)"], restore=True)
+                           caveat + [f"or normalized_shape={shape[axis:]} (nn.GroupNorm(1, C) without the image size) for one "
+                                    "norm over each sample's (C, H, W)"], restore=True)
     return _size(ctx, base, side, made, "normalized_shape", tail if len(tail) > 1 else tail[0], rule, ["*", *want], shape)
 
 

@@ -1,0 +1,39 @@
+"""A per-position table built for the model width, applied to tensors split into heads.
+
+Rotary cos/sin (or a sinusoidal table) made for ``d_model`` = H·d and multiplied with q of shape
+(B, H, T, d) clashes on the last dim: 64 against 16 = 64 / 4 heads. The table must be built for
+``head_dim`` (rotary acts per head). Slicing it to ``[..., :d]`` runs and silently uses the wrong
+frequencies, so the rule gives no mechanical fix: the table is built where the model is.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from layerlab.probe.context import op_at, op_tensors, op_text
+from layerlab.probe.report import Diagnosis
+
+
+def table_for_width(ctx, failed) -> Optional[Diagnosis]:
+    tensors = [t for t in op_tensors(failed) if t.dim() > 0]
+    if len(tensors) != 2:
+        return None
+    for heads, table in ((tensors[0], tensors[1]), (tensors[1], tensors[0])):
+        if heads.dim() != 4 or heads.shape[1] < 2:
+            continue
+        h, d = heads.shape[1], heads.shape[-1]
+        if table.shape[-1] != h * d or table.shape[-1] == d:
+            continue
+        record = failed.record
+        return Diagnosis(
+            f"`{op_text(record)}`{op_at(record)} meets {list(heads.shape)} = (B, H, T, d) with a table "
+            f"{list(table.shape)} whose last dim {h * d} = {h} heads × {d}: it was built for the model width, "
+            f"and the tensors are split into {h} heads of {d}; {ctx.origin('table', table).text}",
+            expected=d, got=table.shape[-1], cause="head-dim",
+            hint=f"build the table for the head dim: {d} (d_model // n_heads) — rotary cos/sin act per head; "
+                 f"an additive table of width {h * d} belongs before the head split, on (B, T, {h * d})",
+            alternatives=[f"not table[..., :{d}]: it runs with the wrong frequencies (rotate_half pairs dim i with "
+                          f"i + {d // 2})"],
+            rule=f"per-head ops see d = d_model / heads = {d} on the last dim",
+        )
+    return None
