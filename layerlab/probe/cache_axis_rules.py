@@ -4,7 +4,11 @@ A decoder's KV cache (B, H, T, d) extended with ``torch.cat([past_k, k], dim=1)`
 heads; the next ``q @ k.transpose(-2, -1)`` raises on the batch dims. When an operand of the
 failing op came (through axis moves) from a ``cat`` of equal parts, the clashing axis is the one
 the cat grew, and joining along exactly one other dim makes the failing op's shapes agree (checked
-by replaying the moves and the op on meta tensors), that dim is the fix.
+by replaying the moves and the op on meta tensors), that dim is the fix — and only when it is the
+sequence axis of a cache, dim 2 of (B, H, T, d) or dim 1 of (B, T, D). A cat already along the
+sequence is no cache bug: two segments joined along T meeting a positional table built for one
+(a join along the batch would run, the table broadcasting over it), or a cache met by a query with
+twice the heads (a join along the heads would run), are another operand's fault.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def grown_axis(ctx, failed) -> Optional[Diagnosis]:
         rank = len(parts[0])
         dim = made.args.get("dim", made.args.get("1", 0))
         dim = dim % rank if isinstance(dim, int) else 0
+        sequence = {4: 2, 3: 1}.get(rank)
+        if sequence is None or dim == sequence:
+            continue
         works: List[int] = []
         for d in range(rank):
             if d == dim:
@@ -53,8 +60,8 @@ def grown_axis(ctx, failed) -> Optional[Diagnosis]:
             moved = replay(shape, moves)
             if moved is not None and _runs(failed, which, moved):
                 works.append(d)
-        if len(works) != 1:
-            continue
+        if works != [sequence]:
+            continue  # no join fits, several do, or the one that fits is not the sequence
         d = works[0]
         grown = list(parts[0])
         grown[d] *= len(parts)

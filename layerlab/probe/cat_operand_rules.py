@@ -3,10 +3,14 @@
 * A feature map joined with flat features (image + tabular): ``cat`` of (B, C, H, W) and (B, F)
   raises on the rank. When a Linear of the model takes exactly C·H·W + F, the map was meant to be
   flattened: ``f.flatten(1)``. (Unsqueezing the flat side would also join, tiling it over pixels —
-  another model.) Without such a Linear the rule names flatten and pooling and picks neither.
+  another model.) Without such a Linear the rule names flatten and pooling and picks neither. A 3-D
+  tensor is read as a sequence (B, T, D) when a Linear takes D + F: features per position, joined
+  with a per-sample vector that is to be repeated over the T positions — a hint, no fix.
 * A head's output reshaped by the wrong factor: ``cls.permute(0, 2, 3, 1).reshape(B, -1, A)`` of a
   conv with A·K channels, where ``reshape(B, -1, K)`` lines up with the box tensor it is joined to.
-  Offered when the conv's channels are a multiple of both, as anchors × classes.
+  Offered when the conv's channels are exactly the product of both, anchors × classes (the two
+  factors swapped). A conv whose channels merely divide by another factor (a class conv built for
+  2 anchors, where regrouping the *box* tensor would make the rows agree) is not this mistake.
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ def unflattened_map(ctx, failed) -> Optional[Diagnosis]:
     record = failed.record
     takers = [name for name, mod in ctx.recorder.root.named_modules()
               if isinstance(mod, torch.nn.Linear) and mod.in_features == total]
+    per_position = total - flat + items[m].shape[-1]
+    if items[m].dim() == 3 and not takers:
+        return _per_position(ctx, failed, items, m, per_position)
     message = (f"cat{op_at(record)} joins tensors[{m}] {list(items[m].shape)}, a feature map, with flat "
                f"features {[list(t.shape) for i, t in enumerate(items) if i != m]}; {ctx.origin(f'tensors[{m}]', items[m]).text}")
     base = dict(expected="2-D tensors (B, features)", got=[list(t.shape) for t in items], cause="rank",
@@ -59,6 +66,27 @@ def unflattened_map(ctx, failed) -> Optional[Diagnosis]:
         hint=f"flatten the map before the cat: tensors[{m}].flatten(1){op_at(record)} → [{items[m].shape[0]}, {flat}]",
         fix=FixStep("replace-op", record.source or "", f"tensors[{m}].flatten(1)",
                     op_site(record, rewrite="flatten-item", item=m)), **base)
+
+
+def _per_position(ctx, failed, items, m, width) -> Optional[Diagnosis]:
+    """``cat([h (B, T, D), cond (B, F)], dim=-1)`` before a Linear of ``D + F``: ``cond`` per position."""
+    takers = [name for name, mod in ctx.recorder.root.named_modules()
+              if isinstance(mod, torch.nn.Linear) and mod.in_features == width]
+    if not takers:
+        return None
+    B, T, D = items[m].shape
+    flats = [i for i in range(len(items)) if i != m]
+    record = failed.record
+    return Diagnosis(
+        f"cat{op_at(record)} joins tensors[{m}] {list(items[m].shape)}, one vector of {D} per position (B, T, D), "
+        f"with per-sample features {[list(items[i].shape) for i in flats]}; `{takers[0]}` (Linear) takes {width} "
+        f"= {D} + {width - D}: one position's features and the per-sample ones",
+        expected=f"every tensor (B, T, …) = ({B}, {T}, …)", got=[list(t.shape) for t in items], cause="rank",
+        hint=f"repeat the per-sample features over the {T} positions before the cat: "
+             + ", ".join(f"tensors[{i}][:, None].expand(-1, {T}, -1)" for i in flats),
+        alternatives=[f"not a flatten of tensors[{m}]: {takers[0]} reads one position at a time"],
+        rule="cat: every tensor of the same rank; features join on the last dim",
+    )
 
 
 def reshape_factor(ctx, failed) -> Optional[Diagnosis]:
@@ -81,7 +109,7 @@ def reshape_factor(ctx, failed) -> Optional[Diagnosis]:
             continue
         last = t.numel() // (t.shape[0] * rows)
         conv = _channels(ctx, made)
-        if conv is None or last == sizes[2] or conv[1] % last or conv[1] % sizes[2]:
+        if conv is None or last == sizes[2] or conv[1] != last * sizes[2]:
             continue
         label, channels = conv
         shape = [sizes[0], -1, last]

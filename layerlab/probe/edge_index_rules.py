@@ -4,7 +4,9 @@
 edge (and of the second) instead of the E sources and targets; ``h[src]`` then has 2 rows, and
 the first op that meets a per-edge tensor (E weights) raises. When the short operand was gathered
 with a row of a 2-D model input of shape (E, 2) and E is the clashing size, the fix is that
-input's transpose, ``edge_index.t()`` — PyTorch Geometric's (2, E) layout.
+input's transpose, ``edge_index.t()`` — PyTorch Geometric's (2, E) layout. The per-edge operand must
+have the gathered tensor's rank, so that its dim 0 meets the E gathered rows: a lower-rank one meets
+a trailing axis, and the (E, 2) may be coordinates for a 2-D lookup (``vol[pos[:, 0], pos[:, 1]]``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def edge_index_layout(ctx, failed) -> Optional[Diagnosis]:
             continue
         index = gather.inputs[1]
         shape = _row_of_input(ctx, index.from_op) if len(index.shape) == 1 and index.shape[0] == 2 else None
-        if shape is None or other.dim() == 0 or shape[0] != other.shape[0] or t.shape[0] != 2:
+        if shape is None or other.dim() != t.dim() or shape[0] != other.shape[0] or t.shape[0] != 2:
             continue
         record = failed.record
         key = _root_argument(ctx, shape)

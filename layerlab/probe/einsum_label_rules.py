@@ -5,7 +5,11 @@ In cross-attention, ``attn = einsum("bhqd,bhkd->bhqk", q, k).softmax(-1)`` then
 (:mod:`einsum_rules`) would transpose ``attn`` — which runs the einsum and returns Tk rows where the
 model wants Tq. But ``attn``'s axes are not in doubt: the einsum that made it wrote them as
 ``bhqk``. So the mistake is in the other operand's subscripts, and the fix relabels them
-(``bhkd``), offered only when exactly one relabeling makes every letter one size.
+(``bhkd``), offered only when exactly one relabeling makes every letter one size *and* keeps every
+summed letter in two operands. A relabeling that leaves a letter summed within one operand alone
+(``bhqk,bhqd->bhqd`` sums the attention weights over the keys, by themselves) runs and computes
+something else: when the equation is right and ``v`` was made from the wrong tensor (the query
+stream instead of the context), that is the only relabeling that fits, and it is not offered.
 """
 
 from __future__ import annotations
@@ -25,6 +29,20 @@ def _made_as(ctx, t, term: str) -> Optional[str]:
         return None
     eq = str(record.args.get("0", "")).replace(" ", "")
     return (record.source or "an einsum") if eq.partition("->")[2] == term else None
+
+
+def _lone_sums(terms: List[str], out: str) -> bool:
+    """A letter summed away inside one operand only (not in the output, in no other operand)."""
+    return any(sum(letter in t for t in terms) == 1 for letter in set("".join(terms)) - set(out))
+
+
+def _clash(terms: List[str], shapes: List[List[int]]) -> str:
+    """``'k' is 7 in operand 0 and 5 in operand 1`` for the first letter given two sizes."""
+    for letter in sorted(set("".join(terms))):
+        sizes = [(i, s[t.index(letter)]) for i, (t, s) in enumerate(zip(terms, shapes)) if letter in t]
+        if len({n for _, n in sizes}) > 1:
+            return f"'{letter}' is " + " and ".join(f"{n} in operand {i}" for i, n in sizes)
+    return ""
 
 
 def relabel(ctx, failed) -> Optional[Diagnosis]:
@@ -51,7 +69,7 @@ def relabel(ctx, failed) -> Optional[Diagnosis]:
                 if new == old or new in term:
                     continue
                 trial = [*terms[:j], term[:p] + new + term[p + 1:], *terms[j + 1:]]
-                if _agrees(trial, shapes) and set(out) <= set("".join(trial)):
+                if _agrees(trial, shapes) and set(out) <= set("".join(trial)) and not _lone_sums(trial, out):
                     fits.append((j, trial))
     record = failed.record
     names = _operand_names(record.code, len(tensors))
@@ -62,8 +80,12 @@ def relabel(ctx, failed) -> Optional[Diagnosis]:
                 rule="einsum: one size per subscript letter; an operand made by an einsum has that einsum's axes")
     not_moves = [f"not a transpose of {names[i]}: its axes are fixed by the einsum at {s}" for i, s in fixed_by.items()]
     if len(fits) != 1:
-        return Diagnosis(message + "; layerlab cannot tell which subscript of the other operands is wrong",
-                         hint="relabel the other operand's subscripts to its real axes", alternatives=not_moves, **base)
+        clash = _clash(terms, shapes)
+        return Diagnosis(message + "; no relabeling of the other operands both fits and keeps each summed letter "
+                         "in two operands: layerlab cannot tell whether a subscript is wrong or an operand was made "
+                         "from the wrong tensor" + (f" ({clash})" if clash else ""),
+                         hint="check where the other operands were made (a tensor of the other stream, e.g. the "
+                              "query instead of the context?), then their subscripts", alternatives=not_moves, **base)
     j, trial = fits[0]
     new_eq = ",".join(trial) + "->" + out
     message += f"; {names[j]} {shapes[j]} is '{trial[j]}', not '{terms[j]}'"

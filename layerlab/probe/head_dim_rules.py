@@ -3,7 +3,10 @@
 Rotary cos/sin (or a sinusoidal table) made for ``d_model`` = H·d and multiplied with q of shape
 (B, H, T, d) clashes on the last dim: 64 against 16 = 64 / 4 heads. The table must be built for
 ``head_dim`` (rotary acts per head). Slicing it to ``[..., :d]`` runs and silently uses the wrong
-frequencies, so the rule gives no mechanical fix: the table is built where the model is.
+frequencies, so the rule gives no mechanical fix: the table is built where the model is. The 4-D
+operand must be a head split, seen through the op trace: a ``view``/``reshape`` to (…, H, d) (then
+axis moves) of a tensor H·d wide. A conv's (B, C, H, W) map scaled by a Linear C·W wide has the
+same arithmetic and no heads: there the Linear's size is the bug.
 """
 
 from __future__ import annotations
@@ -11,7 +14,16 @@ from __future__ import annotations
 from typing import Optional
 
 from layerlab.probe.context import op_at, op_tensors, op_text
+from layerlab.probe.op_walk import back_to
 from layerlab.probe.report import Diagnosis
+
+
+def _split_into_heads(ctx, t, h: int, d: int) -> bool:
+    """``t`` is a ``view``/``reshape`` to (…, h, d) of a tensor h·d wide, through axis moves."""
+    made, _ = back_to(ctx, t, {"view", "reshape"}, moves=True)
+    if made is None or not made.inputs or not made.outputs or made.outputs[0] is None:
+        return False
+    return made.outputs[0][-2:] == [h, d] and made.inputs[0].shape[-1] == h * d
 
 
 def table_for_width(ctx, failed) -> Optional[Diagnosis]:
@@ -22,7 +34,7 @@ def table_for_width(ctx, failed) -> Optional[Diagnosis]:
         if heads.dim() != 4 or heads.shape[1] < 2:
             continue
         h, d = heads.shape[1], heads.shape[-1]
-        if table.shape[-1] != h * d or table.shape[-1] == d:
+        if table.shape[-1] != h * d or table.shape[-1] == d or not _split_into_heads(ctx, heads, h, d):
             continue
         record = failed.record
         return Diagnosis(

@@ -10,7 +10,10 @@ and whether the extra positions went before or after the tokens. Those positions
 are not padding), so the mask gets ``j`` columns of "keep" (``False``, or ``0.`` for an additive
 float mask) on that side, written where the user passes the mask. Padding the mask on the other
 side, or cutting the sequence back to ``T``, would run and hide or drop the wrong positions: never
-offered. Extra positions on both sides, or no such ``cat``: the generic diagnosis stays.
+offered. Extra positions on both sides, or no such ``cat``: the generic diagnosis stays. So too when
+the extra positions are not learned tokens — a parameter expanded over the batch (``cls.expand(N, -1,
+-1)``, ``.repeat``): a second token sequence joined to the first (question + context) has padding of its
+own, and "keep" columns would attend to it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ def mask_before_prefix(ctx, found: Diagnosis) -> Optional[Diagnosis]:
     record, before, after = joined
     if (before, after) not in ((S - T, 0), (0, S - T)):
         return None  # extra positions on both sides, or the tokens' part is not T long: not this case
+    sizes = [i.shape[seq_dim] for i in record.inputs]
+    longest = max(range(len(sizes)), key=lambda i: sizes[i])
+    batch_dim = 0 if m.batch_first else 1
+    if not all(_learned_tokens(ctx, part, batch_dim) for i, part in enumerate(record.inputs) if i != longest):
+        return None  # the extra positions are data of their own (with their own padding): not keep columns
     j, front = S - T, before > 0
     where, arg, name = _passed_by_user(ctx, kpm)
     side = "before" if front else "after"
@@ -90,6 +98,28 @@ def _joining_cat(ctx, t: torch.Tensor, seq_dim: int) -> Optional[Tuple[object, i
             return None
         op_index, call_index = None, call.tensor_inputs[0].source
     return None
+
+
+#: Ops that spread one learned token over the batch.
+_SPREADS = ("expand", "expand_as", "repeat", "broadcast_to", "tile")
+
+
+def _learned_tokens(ctx, part, batch_dim: int) -> bool:
+    """The operand ``part`` of the cat is a tensor with batch size 1 spread over the batch (a learned
+    CLS/register token), seen through shape-keeping ops."""
+    op_index = part.from_op
+    for _ in range(_STEPS):
+        record = ctx.op(op_index)
+        if record is None or not record.inputs:
+            return False
+        if record.op in _SPREADS:
+            source = record.inputs[0].shape
+            return len(source) > batch_dim and source[batch_dim] == 1
+        same = [i for i in record.inputs if i.shape == record.outputs[0]]
+        if not same:
+            return False
+        op_index = same[0].from_op
+    return False
 
 
 def _passed_by_user(ctx, kpm: torch.Tensor):

@@ -4,7 +4,10 @@
 instead of B scores; the loss against B labels then raises. Reshaping the labels would run and
 train on nonsense. When an operand of the failing op was made (through elementwise ops) by a
 reduction over dim 0 of a tensor whose dim 0 is the other operand's size, the fix is that
-reduction's ``dim``: the last axis for a 2-D input, where nothing else is possible.
+reduction's ``dim``: the last axis for a 2-D input, where nothing else is possible. Dim 0 counts as
+the batch only when it is the batch of the model's input: an unbatched model (a query (D,) against
+prototypes stored as columns (D, K)) reduces dim 0 on purpose, and there the other operand's size
+may be the bug.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from layerlab.probe.context import op_at, op_site, op_tensors, op_text
+from layerlab.probe.layout import model_batch
 from layerlab.probe.op_walk import back_to
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -40,6 +44,8 @@ def reduced_batch(ctx, failed) -> Optional[Diagnosis]:
         source = made.inputs[0].shape
         if len(source) < 2 or _dim(made) % len(source) != 0 or source[0] != other.shape[0] or t.shape[0] == other.shape[0]:
             continue
+        if source[0] != model_batch(ctx):
+            continue  # dim 0 is not the batch the model was given: reducing it may be meant
         record = failed.record
         message = (f"`{record.op}()`{op_at(record)} pairs {list(t.shape)} with {list(other.shape)}: the first "
                    f"came from `{op_text(made)}`{op_at(made)}, which reduced dim 0 of {source} — the batch of "

@@ -2,7 +2,10 @@
 
 The grid is (N, H_out, W_out, 2): the (x, y) pair last. A flow predicted by a conv is (N, 2, H, W),
 its pair on dim 1. When only dim 1 holds the pair size, the fix is ``grid.permute(0, 2, 3, 1)``;
-``grid.view(N, H, W, 2)`` has the same sizes and runs, pairing numbers of different pixels.
+``grid.view(N, H, W, 2)`` has the same sizes and runs, pairing numbers of different pixels. The
+permute is given as a fix only for a field of the image's own size (a flow per pixel, the warp's
+case); another grid with the pair size on dim 1 (points given with a third coordinate, (N, 2, P, 3))
+gets the same reading as a hint, without a fix.
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ def grid_layout(ctx, failed) -> Optional[Diagnosis]:
         return Diagnosis(message + f"; the size {pair} is on dims {holders}: layerlab cannot tell which holds the "
                          "coordinates", hint="move the coordinate axis last with a permute (not a view)", **base)
     code = f"grid.permute({', '.join(map(str, order))})"
+    if list(grid.shape[2:]) != list(image.shape[2:]):
+        return Diagnosis(message + f"; the size {pair} sits on dim 1 only, but the grid's other axes "
+                         f"{list(grid.shape[2:])} are not the image's {list(image.shape[2:])} (not a flow per "
+                         f"pixel): layerlab cannot tell whether dim 1 holds the coordinates or the last dim is wrong",
+                         hint=f"if dim 1 holds the coordinates, {code}; if the last dim holds too many values, "
+                              f"keep the first {pair}", **base)
     return Diagnosis(
         message + f"; its {pair} coordinates sit on dim 1, channels-first (a conv's flow field)",
         hint=f"move the coordinates last: {code}{op_at(record)} → {wanted}",

@@ -9,7 +9,9 @@ which points at the target. The fix is upstream: classify one vector per sequenc
 unidirectional, batch-first RNN that is its last step, ``out[:, -1]`` (equal to ``h_n[-1]``), and the
 fix is given and verified. For a bidirectional RNN the last step holds only the first step of the
 backward direction, so the hint says to join both final states and gives no fix; for any other
-producer (a transformer: a CLS position or a mean?) it is the model's choice, a hint only.
+producer (a transformer: a CLS position or a mean?) it is the model's choice, a hint only. Nor is
+``out[:, -1]`` the last step of a padded batch: when the RNN reads an Embedding with a ``padding_idx``
+of the model's ids and those ids hold it, the hint says to take each row's last real step, no fix.
 Repeating the target over T would run, but train every step to predict the sequence's label:
 never offered.
 """
@@ -47,6 +49,19 @@ def per_step_logits_module(ctx) -> Optional[Diagnosis]:
                      f"{ctx.path or '(root)'} ({type(ctx.module).__name__})")
 
 
+def _padded(ctx, rnn_call) -> bool:
+    """The RNN reads an Embedding (with a padding_idx) of the model's ids, and those ids hold that id."""
+    from layerlab.probe.short_sequence_rules import model_input
+
+    source = rnn_call.tensor_inputs[0].source if rnn_call.tensor_inputs else None
+    emb_call = ctx.call(source) if source is not None else None
+    emb = ctx.recorder.modules[emb_call.index] if emb_call is not None else None
+    if not isinstance(emb, nn.Embedding) or emb.padding_idx is None or not emb_call.tensor_inputs:
+        return False
+    placed = model_input(ctx, emb_call.tensor_inputs[0].slot)
+    return placed is not None and bool((placed[3] == emb.padding_idx).any())
+
+
 def _diagnose(ctx, logits, target, api: str) -> Optional[Diagnosis]:
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor) or logits.dim() != 3:
         return None
@@ -80,6 +95,11 @@ def _diagnose(ctx, logits, target, api: str) -> Optional[Diagnosis]:
     if rnn.bidirectional:
         head.hint = (f"classify the final states of both directions: torch.cat([h_n[-2], h_n[-1]], dim=-1) "
                      f"before {head_call.label} (out[:, -1] holds only the first step of the backward direction)")
+        return head
+    if _padded(ctx, rnn_call):
+        head.hint = (f"classify each sequence's last real step: out[torch.arange({N}), lengths - 1] before "
+                     f"{head_call.label} (the ids hold padding: out[:, -1] is a padding step for the shorter rows; "
+                     "or pack the batch with pack_padded_sequence and use h_n[-1])")
         return head
     head.hint = (f"classify the last step: {head_call.label}(out[:, -1]) → [{N}, {C}] (the same as h_n[-1] "
                  f"for this {kind}); with padded batches, take each sequence's last real step")

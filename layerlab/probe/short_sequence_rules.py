@@ -10,6 +10,12 @@ comes (through transposes) from an ``nn.Embedding`` that has a ``padding_idx`` a
 own input, the fix pads the ids with that id to ``k − 2·p`` tokens — exactly what a collate
 function with a minimum length does — and is verified. Without a ``padding_idx`` the pad id is
 unknown: the hint says what to do, no fix.
+
+Seq-first ids (T, N) given to a batch-first model look the same: the conv then reads the batch as
+time, and padding "the sentences" pads the batch axis and runs. So the fix is given only when the
+ids' dim 0 could not be the sentences either (fewer than ``k − 2·p`` of them), or when their padding
+says which axis is the sequence: each row's padding ids a suffix along dim 1, and some column with a
+padding id before a token (no suffix along dim 0). Otherwise both readings are named, no fix.
 """
 
 from __future__ import annotations
@@ -43,12 +49,19 @@ def pad_short_ids(ctx, found: Diagnosis) -> Optional[Diagnosis]:
     emb = ctx.recorder.modules[emb_call.index]
     pad = emb.padding_idx
     ids_slot = emb_call.tensor_inputs[0].slot if emb_call.tensor_inputs else None
-    placed = _model_input(ctx, ids_slot)
+    placed = model_input(ctx, ids_slot)
     if pad is None or placed is None:
         found.hint += f"; {emb_call.label} (Embedding) has no padding_idx to pad the ids with" if pad is None else ""
         return found
     where, arg, name, ids = placed
     if ids.dim() != 2 or ids.shape[1] != T:
+        return found
+    if ids.shape[0] >= need and not _padded_rows(ids, pad):
+        found.message += (f"; the {T} positions are dim 1 of the model's input `{name}` {list(ids.shape)}, and "
+                          f"nothing says whether that is (N, T) or seq-first (T, N)")
+        found.hint = (f"if `{name}` is (N, T), pad the sentences to {need} with the padding id {pad}; if it is "
+                      f"seq-first (T, N) = {list(ids.shape)}, transpose it ({name}.t()): the conv reads the batch "
+                      "as time")
         return found
     code = f"F.pad({name}, (0, {need - T}), value={pad})"
     found.message += (f"; the {T} positions are the tokens of the model's input `{name}` {list(ids.shape)}, "
@@ -58,6 +71,17 @@ def pad_short_ids(ctx, found: Diagnosis) -> Optional[Diagnosis]:
     found.fix = FixStep("cast-input", where, code, {"arg": arg, "to": f"padto:{need}:{pad}"})
     found.cause = "short-sequence"
     return found
+
+
+def _padded_rows(ids: torch.Tensor, pad: int) -> bool:
+    """Padding as a suffix of each row (dim 1 is the sequence), and not a suffix of each column."""
+    is_pad = ids == pad
+    if not bool(is_pad.any()):
+        return False
+
+    def suffixes(mask):  # along dim 1: once a pad, pads to the end
+        return bool((mask.int().cummax(dim=1).values == mask.int()).all())
+    return suffixes(is_pad) and not suffixes(is_pad.t())
 
 
 def _embedding_behind(ctx, x: torch.Tensor):
@@ -76,7 +100,7 @@ def _embedding_behind(ctx, x: torch.Tensor):
     return call
 
 
-def _model_input(ctx, slot):
+def model_input(ctx, slot):
     """``(path, key, name, tensor)`` of the outermost call's argument that is the tracked tensor ``slot``."""
     from layerlab.probe.hooks import forward_arg_names
 

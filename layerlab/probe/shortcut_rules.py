@@ -13,7 +13,9 @@ shortcut projection. A 1×1 conv deeper in the main branch (a bottleneck's ``con
 else, and there the stride belongs on another conv, so no fix is given. When the larger operand is
 the block's input itself (an identity shortcut in a block that strides) the hint says that a
 projection is needed, without a fix. Removing the main branch's stride would also make the add run,
-but the block would no longer downsample: never offered.
+but the block would no longer downsample: never offered. The block must be called with one tensor:
+an FPN merge ``lateral(c4) + top(c5)`` has a 1×1 conv of its first input on the larger side too, but
+the coarser map comes from another input and is to be upsampled, not the lateral strided.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def strided_shortcut(ctx, failed) -> Optional[Diagnosis]:
     reads = conv_call.tensor_inputs[0].slot if conv_call.tensor_inputs else None
     if block_input is None or reads != block_input:
         return None  # a 1×1 conv inside the main branch: the stride belongs elsewhere
+    if len(block.tensor_inputs) != 1:
+        return None  # the smaller side may come from another input (an FPN's coarser level)
     return Diagnosis(
         f"{head}; the larger one is the shortcut: {conv_call.label} ({type(conv).__name__}, 1×1) projects the "
         f"block's input with stride 1, while the main branch strides by {stride}",

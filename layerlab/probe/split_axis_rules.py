@@ -9,6 +9,12 @@ input back through shape-keeping ops (``mu + eps · std``) to a ``chunk`` along 
 ``(N, k·F)`` — the batch first, and ``k`` pieces of the Linear's ``F`` along the last dim — and
 gives the chunk along the last dim. ``in_features = 2·F`` would run too, with half the samples
 (and each "sample" holding two): never offered.
+
+A chunk along dim 0 is also how two views stacked in one batch are split on purpose (contrastive
+learning), and a head built for half the features then fails the same way. So the rule asks for
+what only a feature split does: two pieces of the chunk meet again, elementwise, on the way to the
+Linear (``mu + eps · exp(logvar / 2)``: two halves of one sample's features). A piece that reaches
+the Linear alone gets the Linear rule's diagnosis.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ def chunked_batch(ctx, found: Diagnosis) -> Optional[Diagnosis]:
         return None
     if source[0] != N or source[1] % k or source[1] // k != F:
         return None
+    if _pieces_met(ctx, x, record) < 2:
+        return None  # one piece alone: the batch may be two stacked views, split on purpose
     code = f"chunk({k}, dim=-1)"
     found.message = (f"{found.message.split(';')[0]}; `{op_text(record)}`{op_at(record)} cut its input {source} "
                      f"into {k} along dim 0, the batch ({N}), where the {k}·{F} features on the last dim are "
@@ -50,6 +58,26 @@ def chunked_batch(ctx, found: Diagnosis) -> Optional[Diagnosis]:
     found.alternatives = [f"in_features={source[1]} would run, with {source[0] // k} rows for a batch of {N}"]
     found.cause = "split-axis"
     return found
+
+
+def _pieces_met(ctx, x, chunk) -> int:
+    """How many operands of the ops that made ``x`` (within a few steps back) are pieces of ``chunk``."""
+    start = ctx.made_by(x)[0]
+    seen, todo, pieces = set(), [start], 0
+    while todo and len(seen) < 2 * _STEPS:
+        index = todo.pop()
+        record = ctx.op(index) if index is not None and index not in seen else None
+        if record is None:
+            continue
+        seen.add(index)
+        if record.index == chunk.index:
+            continue
+        for operand in record.inputs:
+            if operand.from_op == chunk.index:
+                pieces += 1
+            elif operand.from_op is not None:
+                todo.append(operand.from_op)
+    return pieces
 
 
 def _chunk_behind(ctx, x):

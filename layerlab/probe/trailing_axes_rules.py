@@ -4,7 +4,9 @@ Broadcasting aligns shapes from the right, so a diffusion U-Net's time embedding
 added to a feature map ``h`` (B, C, H, W) is read as (…, H, W) and raises. Resizing the layer that
 made ``t`` (``out_features=W``) is not the fix — the embedding is per channel. When ``t``'s shape
 is exactly ``h``'s first dims, the fix is ``t[:, :, None, None]``; when its last size also equals
-``h``'s last (it could be meant per column), the rule says nothing.
+``h``'s last (it could be meant per column), the rule says nothing. Nor when one of ``t``'s non-batch
+sizes also sits further right in ``h``: a query mask (B, T) on scores (B, H, T, S) with H == T
+matches the leading dims by chance, and ``mask[:, :, None, None]`` would run and mask heads.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def missing_trailing_axes(ctx, failed) -> Optional[Diagnosis]:
             continue
         if small.shape[-1] == big.shape[-1]:
             return None  # it may be meant along the last axis: not for this rule to say
+        if any(small.shape[i] in big.shape[i + 1:] for i in range(1, k)):
+            return None  # another alignment fits as well: the sizes do not say which axis it is
         extra = list(range(k, big.dim()))
         record = failed.record
         name = _operand_name(record.code, pos) or ("b" if pos else "a")

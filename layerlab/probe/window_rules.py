@@ -11,7 +11,10 @@ The rule recognises the pattern from the sizes alone, and only where it is unmis
 requested shape is the input's shape with at least two axes each replaced by ``(d // ws, ws)`` for
 the *same* ``ws`` (every other axis kept, or ``-1``), and at least one of those ``d`` is not a multiple
 of ``ws``. One such axis alone is no window (``x.view(B, T, heads, D // heads)`` with ``D`` not divisible
-by ``heads`` has the same arithmetic, and padding the features would be wrong there).
+by ``heads`` has the same arithmetic, and padding the features would be wrong there). Nor is it a
+window when a kept axis (not the batch) has the size of a split one: a channels-first map
+(B, C, H, W) unpacked as ``B, H, W, C = x.shape`` splits C and H and keeps W — padding the channels
+would run. Then both readings are named, and no padding is advised.
 
 The first fix is advice, not a mechanical change: pad the axes up to a multiple of the window with
 ``F.pad`` (what Swin does, then crops the merged output back), and read ``H``, ``W`` from the padded
@@ -59,6 +62,21 @@ def _pad_code(var: str, shape: Sequence[int], short: dict) -> str:
     return f"F.pad({var}, ({', '.join(map(str, pairs))}))"
 
 
+def _layout_in_doubt(record, shape, wanted, split_axes, kept, ws) -> Diagnosis:
+    """A partition that splits some axes and keeps another of the same size: the layout is in doubt."""
+    same = ", ".join(f"axis {a} ({shape[a]})" for a in kept)
+    return Diagnosis(
+        f".{record.op}({', '.join(map(str, wanted))}){op_at(record)} splits the axes {split_axes} of the input "
+        f"{shape} into windows of {ws}, and {', '.join(str(shape[a]) for a in split_axes if shape[a] % ws)} is not "
+        f"a multiple of {ws}; but it keeps {same}, the size of a split axis: the input may be in another layout "
+        f"than the partition reads (a channels-first (B, C, H, W) map unpacked as B, H, W, C)",
+        expected=f"the split axes a multiple of {ws}", got=shape, cause="window-size",
+        hint=f"check the layout first: for a (B, C, H, W) map, x.permute(0, 2, 3, 1) before the partition; "
+             f"only if the axes are right, pad them to a multiple of {ws}",
+        rule="window partition: each split axis d becomes (d // ws, ws), exact only when ws divides d",
+    )
+
+
 def partition(failed, wanted: Optional[List[int]]) -> Optional[Diagnosis]:
     """``x.view(B, H // ws, ws, W // ws, ws, C)`` on an ``H`` or ``W`` that ``ws`` does not divide
     (``wanted``: the sizes the view asked for)."""
@@ -75,10 +93,13 @@ def partition(failed, wanted: Optional[List[int]]) -> Optional[Diagnosis]:
     short = {axis: (-shape[axis]) % ws for axis, _ in splits if shape[axis] % ws}
     if not short:
         return None
+    split_axes = [a for a, _ in splits]
+    kept = [a for a in range(1, len(shape)) if a not in split_axes and shape[a] in {shape[s] for s in split_axes}]
+    if kept:
+        return _layout_in_doubt(record, shape, wanted, split_axes, kept, ws)
     axes = sorted(short)
     sizes = [shape[a] for a in axes]
     padded = [math.ceil(s / ws) * ws for s in sizes]
-    split_axes = [a for a, _ in splits]
     named = ", ".join(map(str, axes))
     crop = ", ".join(f":{shape[a]}" if a in short else ":" for a in range(max(axes) + 1))
     var = record.receiver if record.receiver and record.receiver.isidentifier() else "x"
