@@ -246,10 +246,10 @@ def gradient_findings(module: nn.Module, single: Any, results: List[Dict[str, An
             cause="batch statistics differ per shard",
             fix="nn.SyncBatchNorm.convert_sync_batchnorm(model) before DDP (CUDA/NCCL) for whole-batch statistics; "
                 "or keep per-rank statistics knowingly (common with large per-GPU batches)"))
-    if single.stochastic:
-        dropouts = _dropouts_in_train(module)
+    dropouts = _dropouts_in_train(module)
+    if single.stochastic or dropouts:  # the seed probe can miss a draw that the structure shows
         if dropouts:  # name what draws; anything else (torch.randn in a forward) is only "random numbers"
-            cause = f"dropout in train mode ({_names(dropouts)})"
+            cause = f"dropout in train mode ({_names(dropouts)})"  # stochastic depth included: named by path
             fix = "check in eval mode (--mode eval) or with dropout p=0; in training seed ranks so masks differ"
         else:
             cause = "random numbers drawn in the forward (torch.randn, rand, bernoulli, … — no nn.Dropout here)"
@@ -257,7 +257,8 @@ def gradient_findings(module: nn.Module, single: Any, results: List[Dict[str, An
                    "draws differ")
         causes.append(Finding(
             "gradients", "warning", "random draws in the step",
-            f"{seen}. The step draws random numbers (two seeds give two gradients): one process on the whole batch "
+            f"{seen}. The step draws random numbers"
+            + (" (two seeds give two gradients)" if single.stochastic else "") + ": one process on the whole batch "
             "and the ranks on their shards draw different numbers, so their gradients cannot be compared",
             where=where, cause=cause, fix=fix))
     if causes:
@@ -283,9 +284,19 @@ def _batch_decided_branch(single: Any) -> List[str]:
 
 
 def _dropouts_in_train(module: nn.Module) -> List[str]:
-    """nn.Dropout-family layers that draw masks here (train mode, p > 0)."""
-    return [name or type(m).__name__ for name, m in module.named_modules()
-            if isinstance(m, (nn.modules.dropout._DropoutNd, nn.AlphaDropout)) and m.training and m.p > 0]
+    """Layers that draw masks here (train mode): the nn.Dropout family with p > 0, and a module holding a
+    float rate > 0 named like a drop (stochastic depth: Hugging Face's ``BeitDropPath.drop_prob``, timm's
+    ``DropPath``; ``layerdrop``; a rate passed to ``F.dropout``). The seed probe alone can miss them: on
+    a one-sample shard BEiT's drop path keeps every path at both seeds about 4 times in 10."""
+    found = []
+    for name, m in module.named_modules():
+        if isinstance(m, (nn.modules.dropout._DropoutNd, nn.AlphaDropout)):
+            draws = m.training and m.p > 0
+        else:
+            draws = m.training and any("drop" in k and isinstance(v, float) and v > 0 for k, v in vars(m).items())
+        if draws:
+            found.append(name or type(m).__name__)
+    return found
 
 
 def _batchnorms_in_train(module: nn.Module) -> List[str]:

@@ -57,7 +57,33 @@ class _Given:
     def __call__(self) -> torch.nn.Module:
         from layerlab.target.copying import copy_model
 
-        return copy_model(self.module)
+        module = copy_model(self.module)
+        _register_output_capture(module)
+        return module
+
+
+def _register_output_capture(module: torch.nn.Module) -> None:
+    """Redo, in this rank, what a Hugging Face model's ``__init__`` registers in a process-wide table.
+
+    transformers ≥ 5 records ``hidden_states``/``attentions`` only for model classes its
+    ``_CAN_RECORD_REGISTRY`` lists, and a model lists its class there when it is *built*
+    (``PreTrainedModel.__init__``). A model unpickled in a fresh rank was never built there, so
+    ``output_hidden_states=True`` returns ``None`` and Segformer's decode head raises "'NoneType' object
+    is not subscriptable" on every rank: a failure of the transport, not of the model (a training
+    script builds the model in each rank). Nothing happens without transformers, or where it has no
+    such table."""
+    import sys
+
+    if "transformers" not in sys.modules:  # the model holds no transformers class: nothing to register
+        return
+    try:
+        from transformers import PreTrainedModel
+        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+    except ImportError:  # another transformers version: no per-process table to fill
+        return
+    for sub in module.modules():
+        if isinstance(sub, PreTrainedModel):
+            _CAN_RECORD_REGISTRY[sub] = sub._can_record_outputs
 
 
 def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any = None,
@@ -153,8 +179,8 @@ def _check_picklable(obj: Any) -> None:
     import io
 
     class _NoTensors(pickle.Pickler):
-        def persistent_id(self, o: Any) -> Any:
-            return id(o) if isinstance(o, torch.Tensor) else None
+        def persistent_id(self, o: Any) -> Any:  # the transport's copy leaves capture hooks behind
+            return id(o) if isinstance(o, torch.Tensor) or _capture_hook(o) else None
 
     try:
         _NoTensors(io.BytesIO()).dump(obj)
@@ -253,7 +279,21 @@ def _finish(base, module, single, results, options, loss, t0):
 def _picklable(module: torch.nn.Module) -> torch.nn.Module:
     from layerlab.target.copying import picklable_copy
 
-    return picklable_copy(module)
+    twin = picklable_copy(module)
+    for sub in twin.modules():  # transformers' capture hooks: local functions, reinstalled on the next forward
+        keys = [k for k, hook in sub._forward_hooks.items() if _capture_hook(hook)]
+        for hooks in (sub._forward_hooks, sub._forward_hooks_with_kwargs, sub._forward_hooks_always_called):
+            for key in keys:
+                hooks.pop(key, None)
+        if getattr(sub, "_output_capturing_hooks_installed", False):
+            sub._output_capturing_hooks_installed = False
+    return twin
+
+
+def _capture_hook(obj: Any) -> bool:
+    """A forward hook transformers ≥ 5 installs on a model's first forward to collect hidden states: a
+    local function (pickle refuses it) that the model installs again when it finds none."""
+    return getattr(obj, "__name__", None) == "output_capturing_hook" and "<locals>" in getattr(obj, "__qualname__", "")
 
 
 def _cpu_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:

@@ -134,8 +134,7 @@ def check_target(t: Any, *, autocast: Optional[Sequence[str]] = None, cast: Opti
     report = PrecisionReport(target=t.name, model=class_path(t.module), device=str(device), mode=t.mode,
                              inputs={a.name: describe(a.value) for a in args}, loss=_loss_text(ref),
                              skipped=skipped, samples=MAX_SAMPLES, float32_seconds=ref.seconds)
-    if any(s.dtype == "float16" for s in settings):
-        _confirm_noise(t, args, ref)
+    _confirm_noise(t, args, ref)
     for i, setting in enumerate(settings, 1):
         tell(f"{setting.label} forward + backward", i, len(settings) + 1)
         half = run(t.module, args, setting, seed=t.seed, reference=ref)
@@ -260,13 +259,15 @@ def _check_kinks(t: Any, args: List[Any], ref: RunResult, half: RunResult, out: 
 
 
 def _confirm_noise(t: Any, args: List[Any], ref: RunResult) -> None:
-    """Before a float16 run: the gradients tiny enough to pass for rounding noise are checked in a
-    float64 run of a copy (only they are read), so a real tiny gradient — the one float16 flushes to
-    0 — is not waved through as noise. Only when there are such gradients: BERT's key bias, say."""
-    from layerlab.mixed.compare import confirm_noise, tiny_grads
+    """Before the half runs: the gradients small enough to be rounding noise around an exact zero
+    (below SUSPECT of the median) are measured in a float64 run of a copy (only they are read), so a
+    real tiny gradient — the one float16 flushes to 0 — is not waved through as noise, and noise a
+    little above NEGLIGIBLE is not compared as a gradient. Only when there are such gradients: BERT's
+    key bias, a bias before a train-mode BatchNorm."""
+    from layerlab.mixed.compare import SUSPECT, confirm_noise, tiny_grads
     from layerlab.mixed.runs import float64_grad_rms
 
-    tiny = sorted(tiny_grads(ref))
+    tiny = sorted(tiny_grads(ref, SUSPECT))
     if not tiny or not ref.projections:
         return
     try:

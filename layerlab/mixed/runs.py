@@ -97,6 +97,7 @@ class RunResult:
     grad_sums: Optional[Dict[str, tuple]] = None  # per gradient sums, filled once (compare.grad_sums)
     seen: Dict[int, tuple] = field(default_factory=dict)  # the capture's tensors seen (Capture.known)
     real_tiny: set = field(default_factory=set)  # tiny gradients a float64 run showed are not rounding noise
+    float64_checked: set = field(default_factory=set)  # the gradients that float64 run measured
 
 
 class RangeTrace(OpTrace):

@@ -247,6 +247,7 @@ def explain_gradients(
     """
     from layerlab.probe import gradient_causes as causes
     from layerlab.probe.gradient_root import fold_zero_grads
+    from layerlab.probe.layer_drop import layer_dropped
 
     view = causes.View(module, recorder.calls, recorder.modules)
     explained = causes.explain_params(params, view, scale, vanish)
@@ -264,7 +265,8 @@ def explain_gradients(
         kept = [p for p in kept if p.code != "vanishing-activation-grad"]
         kept += [p for p in again if p.code == "vanishing-activation-grad"]
     kept, root_notes = fold_zero_grads(kept, params, recorder.calls, recorder.modules)
-    return kept, notes + root_notes
+    kept, dropped = layer_dropped(kept, module, recorder.calls)  # LayerDrop skipped them: a note
+    return kept, notes + root_notes + dropped
 
 
 def output_grad_scale(outputs: List[TensorInfo]) -> Optional[float]:

@@ -43,7 +43,9 @@ CANCELLED = 1e-3
 TINY_SCALE = 1e-3
 
 #: Attribute names of key and query projections (HF BERT/RoBERTa, Llama/GPT-NeoX, lucidrains, …).
-KEY_NAMES = frozenset({"key", "k", "k_proj", "to_k", "wk", "w_k", "k_lin", "key_proj", "k_linear"})
+#: DeBERTa's ``pos_key_proj`` projects the relative-position keys that content queries score
+#: (c2p): its bias adds the same q·b to every logit of a query too.
+KEY_NAMES = frozenset({"key", "k", "k_proj", "to_k", "wk", "w_k", "k_lin", "key_proj", "k_linear", "pos_key_proj"})
 QUERY_NAMES = frozenset({"query", "q", "q_proj", "to_q", "wq", "w_q", "q_lin", "query_proj", "q_linear"})
 
 _BIASED = (nn.Linear, nn.modules.conv._ConvNd)
