@@ -207,7 +207,7 @@ def _explain(code: str, model: nn.Module, path: str, own: List[str], by_name: Di
                        hint="name the output your training loss reads (output: in train:, output= in Python), or "
                             "give the model its labels so it returns its own loss", data={**data, "feeds": feeds})
     if code == "zero-grad":
-        return _zero_grad(who, where, path, data, watch)
+        return _zero_grad(who, where, path, data, watch, model)
     if path not in watch.called:
         why = "it was never called in forward (unused)"
     elif path not in watch.with_graph:
@@ -215,17 +215,65 @@ def _explain(code: str, model: nn.Module, path: str, own: List[str], by_name: Di
     else:
         why = ("it ran, but its output never reaches the loss: cut off by .detach()/.data, or computed and "
                "not used")
+        off = [p for p in sorted(watch.called - watch.with_graph) if p and not any(  # outermost no_grad modules
+            p.startswith(q + ".") for q in watch.called - watch.with_graph if q)]
+        why += f", or fed to {', '.join(off[:3])}, which ran with gradients off (torch.no_grad)" if off else ""
     return Problem("no-grad", f"{who}: no gradient reaches its parameters — {why}; they never change", where=where,
                    severity="error", data={**data, "called": path in watch.called},
                    hint="remove the .detach()/no_grad on its path, or drop the module if it is not needed")
 
 
-def _zero_grad(who: str, where: str, path: str, data: dict, watch: Watch) -> Problem:
-    """Zero because nothing arrives (the module's output gradient is 0: an error) or because what the
-    parameter multiplies is 0 in this batch (its output gradient is not: an RNN cell's zero state)."""
+#: layers whose ``bias`` is added to their output: a constant shift per channel
+_SHIFTED = (nn.Linear, nn.modules.conv._ConvNd, nn.GroupNorm, nn.LayerNorm) + _NORMS
+
+
+def _biases_only(model: nn.Module, names: List[str]) -> bool:
+    """Every parameter in ``names`` is the ``bias`` of a layer that adds it to its output."""
+    owners = [n.rpartition(".") for n in names]
+    return bool(names) and all(leaf == "bias" and isinstance(model.get_submodule(owner), _SHIFTED)
+                               for owner, _, leaf in owners)
+
+
+def _batch_statistics(model: nn.Module) -> List[str]:
+    """Paths of the norms that normalise with the batch's own statistics as the model is (train-mode
+    BatchNorm, InstanceNorm): they subtract the batch mean, so a shift made before them changes nothing."""
+    return [p for p, m in model.named_modules()
+            if isinstance(m, _NORMS) and (m.training or not m.track_running_stats)]
+
+
+def by_construction(found: List[Problem]) -> List[str]:
+    """The biases whose zero gradient is by construction (severity ``info``), said in one note."""
+    constructed = [f for f in found if f.severity == "info"]
+    if len(constructed) < 2:
+        return [f.message for f in constructed]
+    names = [n for f in constructed for n in f.data["params"]]
+    return [f"{len(names)} biases get a gradient exactly 0 at every step although a gradient reaches their layers' "
+            "outputs: a bias's gradient is its output gradient summed over the batch and positions, and the sum is 0 "
+            "in every channel — most likely a later normalisation with the batch's own statistics removes the shift: "
+            f"zero by construction, not a bug: {', '.join(names)}"]
+
+
+def _zero_grad(who: str, where: str, path: str, data: dict, watch: Watch, model: nn.Module) -> Problem:
+    """Zero because nothing arrives (the module's output gradient is 0: an error), because what the
+    parameter multiplies is 0 in this batch (its output gradient is not: an RNN cell's zero state), or,
+    for a bias, because its output gradient sums to 0 per channel: a later mean subtraction removes the
+    shift (MobileNetV2's projection BatchNorm before the next block's train-mode BatchNorm). That last
+    one is by construction: severity ``info``, which train-check says as a note."""
     dead = watch.dead_relus()
     data = {**data, "dead_relus": dead, "output_grad": watch.output_grad.get(path)}
     said = f"{who}: its gradient is exactly 0 at every step, so it never changes"
+    if not dead and watch.output_grad.get(path) and _biases_only(model, data["params"]):
+        said = (f"{who}: the gradient of {', '.join(data['params'])} is exactly 0 at every step although a gradient "
+                f"reaches the output of {where}: a bias's gradient is that output gradient summed over the batch and "
+                "positions, and the sum is 0 in every channel, so something after it removes any constant shift")
+        norms = _batch_statistics(model)
+        if norms:
+            return Problem("zero-grad", f"{said} — most likely a normalisation with the batch's own statistics "
+                           f"({len(norms)} in this model, such as {norms[0]}): zero by construction, not a bug",
+                           where=where, severity="info", data=data)
+        return Problem("zero-grad", f"{said} (a mean subtraction, a softmax over that axis); layerlab cannot tell "
+                       "which", where=where, severity="warning", data=data,
+                       hint="if the shift is meant to be removed, the bias is redundant (bias=False)")
     if dead:
         return Problem("zero-grad", f"{said}; ReLU {', '.join(dead)} output 0 everywhere at every step (dead), so "
                        "no gradient passes it", where=where, severity="error", data=data,

@@ -33,7 +33,7 @@ from layerlab.target.copying import copy_model
 from layerlab.spec.limits import clean_text
 from layerlab.train import (ce_floor, constant_output, copy_target, diverge, fit, floor, forward_blame, frozen,
                             high_dropout, loss as L, no_signal, optimizer_step, output_range, recreated, replay,
-                            squashed, summed, unregistered, vanishing)
+                            squashed, summed, target_scale, unregistered, vanishing, zero_path)
 from layerlab.train.objective import build_objective, loss_value
 from layerlab.train.optim import build_optimizer, decay_finding, optimizer_names
 from layerlab.train.report import TrainReport
@@ -223,7 +223,8 @@ class _Run:
                 if step == 0:
                     self.loss_reach = frozen.reachable([value])
                     self.output_reach = frozen.output_reach(out, skip=objective.output_path)
-                    self.early = unregistered.findings(self.model, unregistered.leaves([value]))
+                    self.early = unregistered.findings(self.model, unregistered.leaves([value]),
+                                                    inputs=(self.positional, self.keyword))
                     self.summed = summed.detect(value)
                     wrong_input = squashed.findings(objective, L.select(out, objective.output_path),
                                                     self.watch.made_by, value)
@@ -349,6 +350,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
             f" — but with {trainable:,} trainable values for {target_values:,} random target values it may "
             "have little room to fall" if small else ""), where="(loss)", severity="warning" if small else "error",
             hint="see the findings below; check the loss reads the right output and the lr"))
+    flags += target_scale.findings(model, positional, keyword, objective, verdict, run.nonfinite, flags)  # 2e5 vs 0.1
     no_backward = run.nonfinite is not None and run.nonfinite.step == 0 and run.nonfinite.what == "loss"
     found = [] if no_backward else frozen.parameter_findings(  # no backward ran: no evidence either way
         model, tracker.names, tracker.params, in_optimizer=optimizer_names(opt), had_grad=tracker.had_grad,
@@ -361,6 +363,8 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
     swapped = {p for f in run.early if f.code == "recreated-in-forward" for p in f.data["params"]}
     found = [f for f in found if not (swapped and set(f.data.get("params", [])) <= swapped)
              and not (empty is not None and f.code == "zero-grad")]  # said once, by the finding with the cause
+    constructed = frozen.by_construction(found)  # zero by construction: a note, not a flag
+    found = [f for f in found if f.severity != "info"]
     flags.extend(found)
     no_signal.all_padding(model, positional, keyword, flags, verdict.verdict, run.same)
     flags.extend(run.early + [f for f in [copy_target.finding(objective, args)] if f is not None])
@@ -373,6 +377,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
                                            default_lr=rate if default_lr else None)
                  if empty is None or f.code != "not-learning")  # no gradient at all: not a step-size matter
     vanishing.amend(flags, tracker.groups, model)
+    zero_path.amend(flags, model, positional, keyword, objective)  # the op that passes no gradient
     optimizer_step.point_hints(flags)
     idle = frozen.mode_findings(model)
     if idle is not None:
@@ -392,7 +397,7 @@ def _report(built, model, run: _Run, objective, opt_text, rate, steps, args, opt
         for f in flags:
             if f.code == "loss-slow":  # its "more steps or a larger lr" hint is the advice just withdrawn
                 f.message, f.hint = verdict.message, "fix the errors below first"
-    notes = [verdict.message]
+    notes = [verdict.message] + constructed
     if objective is not None and objective.fn is not None:
         notes.append(f"the loss reads {objective.output_path}; target: {objective.target_source}, "
                      f"shape {list(objective.target.shape)}")

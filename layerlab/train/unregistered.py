@@ -11,7 +11,10 @@ optimizer a training loop builds on ``model.parameters()`` never holds them, so 
 They are seen in the first step's autograd graph: its ``AccumulateGrad`` leaves that are not model
 parameters, named by the module attribute that holds them. A leaf no attribute holds was captured
 from outside the model (a global tensor, a closure, a loss with its own weights); it is reported
-as what it is, a tensor of a given shape, without guessing a name.
+as what it is, a tensor of a given shape, without guessing a name. A leaf that shares memory with
+one of the model's inputs is the input itself, turned on inside forward (Hugging Face's
+``Wav2Vec2FeatureEncoder`` sets ``input_values[:, None].requires_grad = True`` for gradient
+checkpointing): an input is not a parameter to train, so it is not reported.
 """
 
 from __future__ import annotations
@@ -67,7 +70,9 @@ def _walk(value: Any, root: str, name: str, container: Any, found: Dict[int, Tup
         return
     if isinstance(value, torch.Tensor):
         if value.requires_grad:  # a plain constant (self.scale = torch.tensor(2.0)) is not a lost parameter
-            found.setdefault(id(value), (root, name, "tensor"))
+            # nn.Parameters in a plain list are already Parameters: their fix is nn.ParameterList, not nn.Parameter
+            what = "Parameter" if isinstance(value, nn.Parameter) else "tensor"
+            found.setdefault(id(value), (root, name, "tensor" if container is None else f"{container} of {what}"))
     elif isinstance(value, nn.Module):
         if container is None:  # a registered submodule lives in _modules, never here: skip odd cases
             return
@@ -84,10 +89,20 @@ def _walk(value: Any, root: str, name: str, container: Any, found: Dict[int, Tup
             _walk(item, root, f"{name}[{k!r}]", "dict", found, depth + 1)
 
 
-def findings(model: nn.Module, graph_leaves: List[torch.Tensor]) -> List[Problem]:
-    """One error per attribute holding tensors the loss depends on that are not registered parameters."""
+def _storages(inputs: Any) -> set:
+    """Storage addresses of every tensor in (nested) ``inputs``: a view of an input shares its input's."""
+    from layerlab.target.bind import flatten
+
+    return {t.untyped_storage().data_ptr() for _, t in flatten(inputs) if t.layout == torch.strided}
+
+
+def findings(model: nn.Module, graph_leaves: List[torch.Tensor], inputs: Any = ()) -> List[Problem]:
+    """One error per attribute holding tensors the loss depends on that are not registered parameters.
+    ``inputs``: the forward's arguments (a leaf that is an input or a view of one is not reported)."""
     registered = {id(p) for p in model.parameters()}
-    stray = [t for t in graph_leaves if id(t) not in registered]
+    given = _storages(inputs)
+    stray = [t for t in graph_leaves if id(t) not in registered
+             and not (t.layout == torch.strided and t.untyped_storage().data_ptr() in given)]
     if not stray:
         return []
     held = attributes(model)
@@ -109,6 +124,13 @@ def findings(model: nn.Module, graph_leaves: List[torch.Tensor]) -> List[Problem
                        "depends on, not an nn.Parameter: model.parameters() does not list it, so an optimizer "
                        "built on it never updates it and it never changes")
             hint = "wrap it in nn.Parameter(...) (or register_buffer(...) if it is not meant to train)"
+        elif all(h.endswith((" of Parameter", " of tensor")) for h in hows):
+            message = (f"{root}: {len(names)} tensor(s) that require grad ({values:,} values) held in a plain Python "
+                       f"{', '.join(hows)}: a container that is not nn.ParameterList/nn.ParameterDict registers "
+                       "nothing, so model.parameters() does not list them, an optimizer built on it never "
+                       "updates them and they never change")
+            hint = ("hold them in nn.ParameterList([...]) / nn.ParameterDict({...}) (each an nn.Parameter), "
+                    "not a list or dict")
         else:
             message = (f"{root}: layers held in a plain Python {', '.join(hows)} ({len(names)} parameter(s), "
                        f"{values:,} values) are not registered: model.parameters() does not list them, so an "
