@@ -122,6 +122,12 @@ class _blame:
                               where=frames[-1] if frames else None,
                               hint="guard it (dist.get_rank() if dist.is_initialized() else 0): then ddp-check "
                                    "runs and shows whether the rank changes what the model computes") from None
+        if "can only change requires_grad flags of leaf variables" in error:  # the input's flag, not the model
+            raise CheckFailed(f"the model or the loss raised in one process {self.when}: {error}",
+                              where=frames[-1] if frames else None,
+                              hint="the model sets requires_grad on a tensor it makes from an input that requires "
+                                   "grad here (a floating spec input does by default; in training it would not): "
+                                   "give that input requires_grad: false") from None
         raise CheckFailed(f"the model or the loss raised in one process {self.when}: {error}",
                           where=frames[-1] if frames else None,
                           hint="the same step would raise in training; the frame above is where") from None

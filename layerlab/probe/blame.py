@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from layerlab.probe import layer_rules as R
 from layerlab.probe import prefix_token_rules, sequence_target_rules, short_sequence_rules, shortcut_rules, split_axis_rules
-from layerlab.probe import batch_axis_rules, dataflow_rules, extra_axis_rules, patch_rules
+from layerlab.probe import batch_axis_rules, dataflow_rules, extra_axis_rules, leaf_input_rules, patch_rules
 from layerlab.probe import channel_rules, hf_rules, image_size_rules, loss_rules, loss_shape_rules, order_rules, upstream_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
@@ -172,7 +172,8 @@ _RULES: List[tuple] = [
 def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     """Explain why the failing call raised ``ctx.exc``, or ``None`` when no rule applies."""
     failed = ctx.failed_op
-    found = _safe(lambda: hf_rules.diagnose(ctx, failed))  # the inputs read against a model's config
+    found = _safe(lambda: hf_rules.diagnose(ctx, failed)) \
+        or _safe(lambda: leaf_input_rules.input_requires_grad(ctx))  # the inputs read against the model
     if found is not None:
         return found
     if failed is not None:

@@ -39,6 +39,8 @@ def _convert(value: Any, to: str) -> Any:
         return value
     if to == "long":
         return value.long()
+    if to == "detach":  # an input given without requires_grad
+        return value.detach()
     if to == "bool":
         return value.bool()
     if to == "eq0":

@@ -1,0 +1,82 @@
+"""A model that sets ``requires_grad`` on a tensor made from its input, given an input that requires grad.
+
+Hugging Face's audio models (Wav2Vec2, HuBERT, WavLM …) do ``hidden_states.requires_grad = True``
+on ``input_values[:, None]`` in training, so that gradient checkpointing has something to start
+from. torch allows that flag only on a leaf: when the input itself requires grad, the slice is not
+a leaf and torch raises "you can only change requires_grad flags of leaf variables". In training
+the waveform never requires grad; here it does because a floating spec input requires grad by
+default (so that inspect can show its gradient). The fix is the input's flag, not the model: the
+model's own inputs that require grad are detached on a copy and the forward re-run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from layerlab.probe.report import Diagnosis, FixStep
+
+_MESSAGE = "can only change requires_grad flags of leaf variables"
+
+
+def input_requires_grad(ctx) -> Optional[Diagnosis]:
+    if _MESSAGE not in str(ctx.exc) or not ctx.outer:
+        return None
+    _, args, kwargs = ctx.outer[0]  # the model's own call: its inputs
+    keys = [i for i, a in enumerate(args) if _grad_leaf(a)] + [k for k, v in kwargs.items() if _grad_leaf(v)]
+    if not keys:
+        return None
+    reached = _leaves_behind(ctx)  # only when the flagged tensor is computed from those inputs
+    inputs = {id(args[k] if isinstance(k, int) else kwargs[k]): k for k in keys}
+    keys = [k for i, k in inputs.items() if i in reached]
+    if not keys:
+        return None
+    names = [k if isinstance(k, str) else _positional_name(ctx, k) for k in keys]
+    shown = ", ".join(names)
+    return Diagnosis(
+        f"the model sets requires_grad on a tensor it makes from {shown}, and torch allows that only on a "
+        f"tensor that is not computed from one requiring grad: {shown} requires grad here",
+        expected=f"{shown} without requires_grad (as in training)", got="requires_grad=True",
+        cause="input-requires-grad",
+        hint=f"give {shown} without requires_grad: in a spec, requires_grad: false on the input (a floating spec "
+             "input requires grad by default, so that its gradient can be shown); in Python, x.detach()",
+        fix=FixStep("cast-input", "", f"{names[0]}.detach()" if len(names) == 1 else "detach the inputs",
+                    {"arg": keys if len(keys) > 1 else keys[0], "to": "detach"}),
+        rule="only a leaf tensor's requires_grad can be set (Hugging Face audio models set it on their input's slice "
+             "in training)",
+    )
+
+
+def _leaves_behind(ctx, limit: int = 10_000) -> set:
+    """``id`` of every leaf tensor the failing op's operands were computed from (their autograd graph)."""
+    from layerlab.probe.context import op_tensors
+
+    failed = ctx.failed_op
+    todo = [t.grad_fn for t in (op_tensors(failed) if failed is not None else ctx.tensors())
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    seen, leaves = set(), set()
+    while todo and len(seen) < limit:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        variable = getattr(fn, "variable", None)  # AccumulateGrad: a leaf
+        if isinstance(variable, torch.Tensor):
+            leaves.add(id(variable))
+        todo.extend(next_fn for next_fn, _ in fn.next_functions)
+    return leaves
+
+
+def _positional_name(ctx, position: int) -> str:
+    from layerlab.probe.hooks import forward_arg_names
+
+    try:
+        names = forward_arg_names(type(ctx.recorder.root))
+    except Exception:  # noqa: BLE001 - no recorder root: the position is all there is
+        names = ()
+    return names[position] if position < len(names) else f"input {position}"
+
+
+def _grad_leaf(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.requires_grad and value.is_leaf
