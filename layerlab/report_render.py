@@ -33,7 +33,8 @@ def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
     """The Rich renderables the CLI prints for ``report``, in order.
 
     Args:
-        report: a report returned by ``layerlab.inspect``, ``verify``, ``profile`` or ``export_check``.
+        report: a report returned by ``layerlab.inspect``, ``verify``, ``profile``, ``export_check``,
+            ``train_check``, ``precision_check``, ``ddp_check`` or ``diff``.
         depth (int, optional): fold modules nested deeper than ``depth`` (root = 0), as
             ``--depth``; identical blocks below it become one row. Default: every module.
         wide (bool): ``inspect``'s forward table with every field in its own column (``--wide``).
@@ -79,8 +80,12 @@ def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
         from layerlab.cli import render_ddp
 
         return render_ddp.report(report)
+    if kind == "DiffReport":
+        from layerlab.cli import render_diff
+
+        return render_diff.render(report)
     raise TypeError(f"layerlab.render takes a layerlab report (from inspect, verify, profile, export_check, "
-                    f"train_check, precision_check or ddp_check), "
+                    f"train_check, precision_check, ddp_check or diff), "
                     f"got {kind}")
 
 

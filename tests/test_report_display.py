@@ -88,3 +88,18 @@ def test_a_train_check_report_prints_its_loss_curve_and_modules():
     assert text.startswith("train-check Sequential\n") and "loss" in text and "update/weight" in text
     assert repr(report).startswith("<TrainReport Sequential ok") and "\n" not in repr(report)
     assert "<table" in report._repr_html_() or "<pre" in report._repr_html_()
+
+
+def test_a_diff_report_renders_like_the_cli():
+    import copy
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    other = copy.deepcopy(mlp)
+    with torch.no_grad():
+        other[0].weight[0, 0] += 1.0
+    x = torch.randn(2, 4)
+    d = layerlab.diff(layerlab.inspect(mlp, x), layerlab.inspect(other, x))
+    text = layerlab.render(d)
+    assert d.differs and "starts to differ at: 0" in text and "0.weight" in text  # the edited weight, first
+    assert text.index("0.weight") < text.index("output min")
