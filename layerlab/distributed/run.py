@@ -44,6 +44,35 @@ class SpecBuild:
         return from_spec(self.path, overrides=self.overrides, allow_import=self.allow_import, reference=False).module
 
 
+class ConfigBuild:
+    """Builds a Hugging Face model in a rank from its class and config, as a training script does; the
+    driver's state is loaded after. Used only where pickle refuses the module itself: a weight-norm
+    parametrization (Wav2Vec2's positional conv) holds a function pickle cannot send."""
+
+    def __init__(self, cls: type, config: Any) -> None:
+        self.cls, self.config = cls, config
+
+    @classmethod
+    def of(cls, module: torch.nn.Module) -> Optional["ConfigBuild"]:
+        """A rebuild for ``module`` when it is a transformers model that cannot be pickled, else ``None``."""
+        config = getattr(module, "config", None)
+        if config is None or not type(module).__module__.startswith("transformers.") or _pickles(module):
+            return None
+        build = cls(type(module), config)
+        return build if _pickles(build) else None
+
+    def __call__(self) -> torch.nn.Module:
+        return self.cls(self.config)
+
+
+def _pickles(obj: Any) -> bool:
+    try:
+        _check_picklable(obj)
+    except UsageError:
+        return False
+    return True
+
+
 class _Given:
     """The module as pickled to the rank (its state arrives with it).
 
@@ -139,6 +168,8 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
                          where="model")
     refuse_lazy(module)
     target = from_module(module, *inputs, seed=seed, batch_dims=batch_dims, name=name, **kwargs)
+    if build is None:
+        build = ConfigBuild.of(module)  # a Hugging Face model that pickle refuses is rebuilt from its config
     _check_picklable(build if build is not None else module)
     return check_target(target, build, DdpOptions().with_(**given), allow_import=allow_import)
 
