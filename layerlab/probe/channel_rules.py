@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from layerlab.probe.layout import move_axis, permute_code
+from layerlab.probe.layout import made, move_axis, permute_code
 from layerlab.probe.report import Diagnosis, FixStep
 
 
@@ -81,6 +81,8 @@ def video_frames_first(ctx) -> Optional[Diagnosis]:
     shape, C = list(x.shape), m.in_channels
     if shape[1] == C or shape[2] != C or C in (shape[3], shape[4]):
         return None  # several axes fit (or none): the general conv rule says what it can
+    if made(ctx, x)[0] == "first":
+        return None  # a conv's map: dim 1 holds channels, the depth is C by chance (the conv rule resizes)
     dims = [0, 2, 1, 3, 4]
     return Diagnosis(
         f"Conv3d expects C = in_channels = {C} input channels, got {shape[1]} (input {shape}); {C} sits on "

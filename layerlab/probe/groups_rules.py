@@ -19,6 +19,17 @@ def depthwise(ctx, base: str, channels: int, rule: str) -> Diagnosis:
     m = ctx.module
     mult = m.out_channels // m.in_channels
     out = channels * mult
+    after = _built_for(ctx, m.out_channels, channels)
+    if after is not None:  # the layers after it agree with its width: the map it gets is the odd one
+        return Diagnosis(
+            f"{base}; it is depthwise (groups = in_channels = {m.in_channels}), and {after}, which has not run yet, "
+            f"also takes its {m.out_channels} output channels: the layer that made the {channels}-channel map looks "
+            "built for the wrong width, not this one",
+            expected=m.in_channels, got=channels, cause="size",
+            hint=f"make the layer before it output {m.in_channels} channels (an expansion conv's out_channels)",
+            alternatives=[f"rebuild it for {channels}: in_channels={channels}, out_channels={out}, groups={channels} "
+                          f"(then {after} too) — only if the block is meant to be {channels} wide"], rule=rule,
+        )
     code = f"in_channels={channels}, out_channels={out}, groups={channels}"
     return Diagnosis(
         f"{base}; it is depthwise (groups = in_channels = {m.in_channels}): its width is {m.in_channels}, "
@@ -30,6 +41,20 @@ def depthwise(ctx, base: str, channels: int, rule: str) -> Diagnosis:
                                                  "also": {"out_channels": out, "groups": channels}}),
         alternatives=[f"or make the layer before it output {m.in_channels} channels"], rule=rule,
     )
+
+
+def _built_for(ctx, width: int, got: int) -> Optional[str]:
+    """``"project (Conv2d)"``: a layer that has not run yet and takes ``width`` channels (none takes ``got``)."""
+    ran = {id(m) for m in ctx.recorder.modules}
+    fits, others = None, False
+    for name, module in ctx.recorder.root.named_modules():
+        if id(module) in ran or module is ctx.module:
+            continue
+        size = getattr(module, "in_channels", None) or getattr(module, "num_features", None)
+        if size == width and fits is None:
+            fits = f"{name} ({type(module).__name__})"
+        others = others or size == got
+    return None if others else fits
 
 
 def group_norm_groups(ctx, found: Optional[Diagnosis]) -> Optional[Diagnosis]:

@@ -1,4 +1,4 @@
-"""Two ways a join (``torch.stack`` / ``torch.cat``) fails for a reason upstream of it.
+"""Three ways a join (``torch.stack`` / ``torch.cat``) fails for a reason upstream of it.
 
 * **stack for cat.** ``torch.stack([a, b], dim=1)`` of ``(N, 16)`` and ``(N, 32)``: stack wants one
   shape, and the shapes differ on exactly one dim — what ``cat`` joins. ``cat(…, dim=d)`` is offered
@@ -9,6 +9,9 @@
 * **squeeze() ate the batch.** ``f = pool(x).squeeze()`` turns ``(1, C, 1, 1)`` into ``(C,)`` for a
   batch of one, and the next ``cat(…, dim=1)`` finds a 1-D tensor. The fix is at the squeeze: drop only
   the size-1 dims after the batch (``flatten(1)`` when they are the trailing ones).
+* **features joined on purpose.** ``cat([conv_a(x), conv_b(x)], dim=1)`` failing on the length (a
+  branch lost its padding): the makers put their features on the joined dim, so the odd length is the
+  bug; ``cat(…, dim=2)`` would run and join the branches along time (:func:`features_joined`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Optional
 import torch.nn as nn
 
 from layerlab.probe.context import op_at, op_site
+from layerlab.probe.layout import made
 from layerlab.probe.report import Diagnosis, FixStep
 
 
@@ -84,3 +88,26 @@ def squeezed_batch(ctx, failed, shapes) -> Optional[Diagnosis]:
             rule="squeeze() drops every size-1 dim, the batch's too when N = 1",
         )
     return None
+
+
+def features_joined(ctx, record, seq, dim: int, works: list, clash: list, base: str, shapes) -> Optional[Diagnosis]:
+    """A cat along the very axis where every operand's maker puts its features (conv maps on dim 1,
+    Linear outputs last) failing on another axis: joining the features is meant, and the odd size is
+    a bug upstream (a padding, a stride). ``cat(…, dim=d)`` on the one axis that "works" would run and
+    join two branches along time, so it is only named."""
+    if not works or works[0] == dim:
+        return None
+    labels = []
+    for t in seq:
+        side, label = made(ctx, t)
+        if side is None or dim != (1 if side == "first" else t.dim() - 1):
+            return None
+        labels.append(label)
+    return Diagnosis(
+        f"{base}; {labels[0]} puts its features on dim {dim}, the dim joined: joining the features is meant, and "
+        f"the sizes on dim {clash[0]} differ — a size bug upstream (a padding, a stride, a length), not the cat's dim",
+        expected=f"equal sizes except dim {dim}", got=shapes, cause="size",
+        hint=f"make the operands agree on dim {clash[0]} (the padding or stride of the layer that made the odd one)",
+        alternatives=[f"{record.op}(…, dim={works[0]}) runs, but joins them along dim {works[0]}, not their features"],
+        rule="cat: sizes may differ only along the joined dim",
+    )

@@ -126,7 +126,9 @@ def _linear_on_channels_first(ctx, x, base: str, made: str, rule: str) -> Diagno
     if x.dim() == 3 and C == want:
         return _layout(ctx, f"{base}; {made} puts its channels on dim 1: the input is (N, C, L) where Linear reads "
                        "(N, L, C)", [0, 2, 1], rule, f"[*, {want}]", shape, "move the channels last",
-                       [f"set in_features={shape[-1]} — only if the Linear should mix the positions of each channel"])
+                       [f"set in_features={shape[-1]} — only if the Linear should mix the positions of each channel",
+                        f"x.mean(-1) before it — if it classifies the whole sequence: the transpose gives one output "
+                        f"per position ({shape[-1]} of them)"])
     positions, size = tuple(range(2, x.dim())), f"in_features={C}" + (" (as set)" if C == want else "")
     options = [f"pool the positions away (x.mean(dim={positions if len(positions) > 1 else 2})) with {size}",
                f"flatten them (x.flatten(1)) with in_features={math.prod(shape[1:])}",

@@ -9,8 +9,9 @@ changing the layer's size instead makes the model run and compute garbage.
 
 The module that made a tensor settles its layout better than any size does: an Embedding's or a
 Linear's output has its features last, a conv's on dim 1, whatever sizes happen to coincide
-(:func:`features_side`). A rule trusts that first, and reads sizes only for tensors of unknown
-provenance (a model input, or an op that moved axes).
+(:func:`features_side`), also after a slice, a pad or a cat that hid it (:func:`made`). A rule trusts
+that first, and reads sizes only for tensors of unknown provenance (a model input, or an op that
+moved axes).
 
 The rules' shared verdicts live here too: the fix that permutes an input (:func:`permute_fix`),
 the ambiguous verdict that offers none (:func:`ambiguous`), and the ``torch.cat`` that joined along
@@ -19,6 +20,7 @@ the wrong dim (:func:`cat_fix`).
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from layerlab.probe.context import op_site, op_text
@@ -119,11 +121,77 @@ def permute_fix(ctx, key, dims, restore: bool, var: str = "x") -> FixStep:
 
 def made(ctx, x) -> Tuple[Optional[str], str]:
     """``(side, "emb (Embedding)")``: where the module that made ``x`` puts its features (``"last"``,
-    ``"first"`` or ``None`` when unknown, see :func:`features_side`)."""
+    ``"first"`` or ``None`` when unknown, see :func:`features_side`).
+
+    Looks through the ops that cut, pad or join a tensor without moving its axes (a causal conv's
+    ``y[..., :-2]``, ``F.pad``, ``cat([emb, feats], -1)``, see :func:`_keeps_axes`): a sliced conv map
+    still has its channels on dim 1, and a size that sits on another axis by coincidence (16 positions
+    into a Conv1d(16, …)) is no reason to move it there."""
     call = ctx.producer(x)
-    if call is None:
+    if call is not None:
+        return features_side(call.class_name, x.dim()), f"{call.label} ({call.class_name})"
+    op_index, call_index = ctx.made_by(x)
+    found = [(c, via) for c, via in _makers(ctx, op_index, call_index, x.dim(), ORIGIN_DEPTH, None) if via]
+    sides = {features_side(c.class_name, x.dim()) for c, _ in found} - {None}
+    if len(sides) != 1:  # nothing known, or branches of both layouts joined: say nothing
         return None, ""
-    return features_side(call.class_name, x.dim()), f"{call.label} ({call.class_name})"
+    side = sides.pop()
+    call, via = next((c, v) for c, v in found if features_side(c.class_name, x.dim()) == side)
+    return side, f"{call.label} ({call.class_name}, then `{via.op}` at {via.source or '?'})"
+
+
+def operand_side(ctx, operand, ndim: int) -> Optional[str]:
+    """:func:`made`'s side for an op's recorded operand (its ``from_op``/``from_call``): where the
+    module that made it puts its features, or ``None`` when unknown or the makers disagree."""
+    sides = {features_side(c.class_name, ndim)
+             for c, _ in _makers(ctx, operand.from_op, operand.from_call, ndim, ORIGIN_DEPTH, None)}
+    return sides.pop() if len(sides) == 1 else None
+
+
+#: How many ops and modules :func:`made` walks back through.
+ORIGIN_DEPTH = 6
+#: Ops of the user's code that keep every axis where it was (the rank too): cutting, padding,
+#: joining, rolling. Reshapes and views are not here: they can fold one axis into another.
+KEEP_AXES = ("F.pad", "narrow", "cat", "concat", "concatenate", "roll", "flip", "repeat", "contiguous", "clone")
+_SLICE_ONLY = re.compile(r"slice\([^()]*\)|Ellipsis")
+
+
+def _keeps_axes(record) -> bool:
+    if record.op == "__getitem__":  # only slices: x[..., :-2], x[:, 1:] (no None, int or tensor index)
+        index = str(record.args.get("1", ""))
+        if index == "tuple":  # a long index the trace kept by its type: slices only shrink axes in place
+            before = record.inputs[0].shape if record.inputs else None
+            after = record.outputs[0] if record.outputs else None
+            return bool(before) and after is not None and len(before) == len(after) and \
+                all(b >= a for b, a in zip(before, after))
+        return bool(index) and not _SLICE_ONLY.sub("", index).strip("(), ")
+    return record.op in KEEP_AXES
+
+
+def _makers(ctx, op_index, call_index, ndim: int, depth: int, via) -> list:
+    """``[(call, op)]``: the module calls that made a tensor of rank ``ndim`` (from an operand's
+    ``from_op``/``from_call``), through shape-keeping ops, axis-keeping ops (:data:`KEEP_AXES`; ``op``
+    is the first one crossed) and elementwise modules."""
+    if depth <= 0:
+        return []
+    if op_index is not None:
+        record = ctx.op(op_index)
+        if record is None:
+            return []
+        out = record.outputs[0] if record.outputs else None
+        operands = [i for i in record.inputs if i.shape == out]
+        if not operands and _keeps_axes(record):
+            operands, via = [i for i in record.inputs if i.shape is not None and len(i.shape) == ndim], via or record
+        return [found for i in operands for found in _makers(ctx, i.from_op, i.from_call, ndim, depth - 1, via)]
+    call = ctx.call(call_index)
+    for _ in range(depth):  # Sequential(conv, nn.ReLU()): the layout is the conv's
+        if call is None or call.class_name not in ELEMENTWISE:
+            break
+        ins, outs = call.tensor_inputs, call.tensor_outputs
+        if not ins or not outs or ins[0].shape != outs[0].shape or ins[0].source is None:
+            break
+        call = ctx.call(ins[0].source)
+    return [(call, via)] if call is not None else []
 
 
 def ambiguous(ctx, what: str, want: int, shape: list, axes: list, options: list) -> Diagnosis:

@@ -7,9 +7,11 @@ The two conventions are opposite, and integer 0/1 masks (Hugging Face's ``attent
   **True = ignore / fill** this position;
 * ``F.scaled_dot_product_attention`` (bool ``attn_mask``): **True = take part** in attention.
 
-So the fix for an integer mask depends on what its 1s mean. :func:`keeps` reads it from the data:
-a padding or causal mask of real sequences keeps most positions, so mostly-ones means
-"1 = keep". The diagnosis says which reading it took.
+So the fix for an integer mask depends on what its 1s mean. :func:`keeps` reads it from the mask's
+structure, never from its majority (a batch padded to ``max_length`` is mostly padding under either
+convention): a causal triangle, or a row with no padding — all 1s under "1 = keep", all 0s under
+"1 = hide". When neither is there, no conversion is offered: both run, and one hides the real tokens.
+The diagnosis says which reading it took.
 
 :func:`mha` is the rule of the module; :func:`masked_fill` and :func:`sdpa` are rules of ops of the
 user's code (dispatched by :mod:`layerlab.probe.op_rules`), whose fixes replace that one call.
@@ -30,18 +32,38 @@ TRUE_IGNORES = "True = ignore"
 TRUE_ATTENDS = "True = take part"
 
 
-def keeps(mask: torch.Tensor) -> bool:
-    """Whether the 1s of a 0/1 mask most likely mark positions to keep (they are the majority)."""
+def keeps(mask: torch.Tensor) -> Optional[bool]:
+    """Whether the 1s (Trues) of a mask mark positions to keep (``True``) or to hide (``False``), from its
+    structure; ``None`` when it does not say.
+
+    * a causal (L, L) mask: 1s strictly above the diagonal hide the future; 1s on and below keep the past;
+    * a padding mask (…, S): a row of all 1s is a sequence without padding under "1 = keep" (under
+      "1 = hide" it would be all padding), a row of all 0s one under "1 = hide". A batch padded to
+      ``max_length`` has neither, and then the majority says nothing either: most of it is padding,
+      marked 0 under one convention and 1 under the other."""
     if mask.numel() == 0:
         return True
-    return bool((mask != 0).float().mean() >= 0.5)
+    m = mask != 0
+    if m.dim() >= 2 and m.shape[-1] == m.shape[-2] > 1:
+        future = torch.ones(m.shape[-2:], dtype=torch.bool, device=m.device).triu(1)
+        if bool((m == future).all()):
+            return False
+        if bool((m == ~future).all()):
+            return True
+    rows = m.reshape(-1, m.shape[-1]) if m.dim() >= 1 else m.reshape(1, 1)
+    full, empty = bool(rows.all(1).any()), bool((~rows).all(1).any())
+    return full if full != empty else None
 
 
-def integer_mask_fix(mask: torch.Tensor, convention: str) -> Tuple[str, str, str]:
-    """``(to, code, reading)``: the conversion of an integer mask for an API with ``convention``."""
+def integer_mask_fix(mask: torch.Tensor, convention: str) -> Tuple[Optional[str], str, str]:
+    """``(to, code, reading)``: the conversion of an integer mask for an API with ``convention``
+    (``to`` is ``None`` when the mask does not say what its 1s mean: no conversion is safe)."""
     keep = keeps(mask)
-    reading = ("its 1s are the majority, so 1 reads as keep (Hugging Face's attention_mask convention)"
-               if keep else "its 0s are the majority, so 1 reads as a position to hide")
+    if keep is None:
+        return None, "mask == 0", ("neither its rows nor its shape say whether 1 marks a position to keep or to "
+                                   "hide (no row is all 1s or all 0s: a batch padded to a fixed length?)")
+    reading = ("a row of it is all 1s, so 1 reads as keep (Hugging Face's attention_mask convention)"
+               if keep else "its rows say 1 reads as a position to hide")
     if (convention == TRUE_IGNORES) == keep:
         return "eq0", "mask == 0", reading
     return "bool", "mask.bool()", reading
@@ -54,6 +76,15 @@ def mask_dtype(mask, label: str, convention: str, where: str, arg, api: str, flo
     to, code, reading = integer_mask_fix(mask, convention)
     other = "mask.bool()" if to == "eq0" else "mask == 0"
     additive = " or a float mask (added to the scores)" if floats else ""
+    if to is None:  # both conversions run; one hides the real tokens
+        return Diagnosis(
+            f"{label} is {dtype_name(mask.dtype)}; {api} takes a bool mask ({convention}){additive}; {reading}",
+            expected="bool or float" if floats else "bool", got=dtype_name(mask.dtype), cause="mask-dtype",
+            hint=f"pass {label.split()[0]}=mask == 0 if its 1s mark real tokens (Hugging Face's attention_mask), "
+                 f"mask.bool() if they mark positions to hide ({convention})",
+            alternatives=["mask.bool()", "mask == 0"],
+            rule=f"{api}: bool mask {convention}" + ("; float mask added to the attention scores" if floats else ""),
+        )
     return Diagnosis(
         f"{label} is {dtype_name(mask.dtype)}; {api} takes a bool mask ({convention}){additive}; {reading}",
         expected="bool or float" if floats else "bool", got=dtype_name(mask.dtype), cause="mask-dtype",
@@ -324,13 +355,14 @@ def _padding_fix(found: Diagnosis, mask: torch.Tensor, q: torch.Tensor, record, 
                             op_site(record, arg=arg, to="not:insert:" + ",".join(["1"] * extra)))
         found.alternatives.append(f"{name}{index} without ~ would attend to the padding only")
         return found
-    if mask.dtype == torch.bool and not keeps(mask):
-        found.message += "; most of it is False, so its True may mark padding (key_padding_mask's convention)"
+    if mask.dtype == torch.bool and not keeps(mask):  # hide-reading or unknown: reshaped as it is, it may attend to padding
+        found.message += ("; its True may mark padding (key_padding_mask's convention)" if keeps(mask) is False else
+                          "; no row is all True or all False, so it does not say whether True marks padding")
         found.hint += (f"; in SDPA True = take part: use ~mask{index} if True marks padding, "
                        f"mask{index} if True marks real tokens")
         return found
     if mask.dtype == torch.bool:
-        found.message += "; True = a real token (its Trues are the majority), as SDPA reads bool masks"
+        found.message += "; True = a real token (its rows say so), as SDPA reads bool masks"
     found.fix = FixStep("replace-op", record.source or "", code,
                         op_site(record, arg=arg, to="insert:" + ",".join(["1"] * extra)))
     found.alternatives.append("~mask only if its True marks padding (nn.MultiheadAttention's convention): "

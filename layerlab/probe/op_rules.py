@@ -144,6 +144,9 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
     where = ", ".join(f"dim {k}: {[s[k] for s in shapes]}" for k in clash)
     base = (f"cat(dim={dim}) needs every other dim equal, but {where} (shapes {shapes}); "
             + ctx.origins(named))
+    joined = join_rules.features_joined(ctx, record, seq, dim, works, clash, base, shapes)
+    if joined is not None:  # conv maps joined on their channels: the odd length is the bug, not the dim
+        return joined
     if works:
         d = works[0]
         out = list(shapes[0])

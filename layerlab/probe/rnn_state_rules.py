@@ -1,7 +1,10 @@
 """An RNN's initial state (``h0``, ``(h0, c0)``): its shape, its layout, and where it came from.
 
 :func:`hidden_state` checks the state against ``[num_layers·D, N, H]`` (the batch is dim 1 even with
-``batch_first=True``): a state batched like batch-first data, a transposed ``h0``, a wrong size.
+``batch_first=True``): a state batched like batch-first data, a transposed ``h0``, a wrong size. A
+state batched like the input's dim 0 says "batch-first data" only when it came from outside: one the
+model built itself (``torch.zeros(1, x.size(0), H)``) repeats the model's own reading of the input,
+and seq-first data with that ``h0`` looks the same — then both fixes are named and none is offered.
 
 A state handed over from another module (seq2seq: the encoder's final state): when ``h0`` is a
 module's output — the encoder GRU's ``h_n`` — and only its hidden size differs from
@@ -68,6 +71,9 @@ def hidden_state(ctx, m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]
             got = list(state.shape)
             if not m.batch_first and x.dim() == 3 and x.shape[0] != x.shape[1] and \
                     got == [want[0], x.shape[0], want[2]]:  # h0 batched as the input's dim 0: batch-first data
+                built = _built_here(ctx, state)
+                if built is not None:  # the model sized h0 from the input itself: no independent word on the batch
+                    return _which_is_the_batch(ctx, m, x, label, want, got, built)
                 return Diagnosis(
                     f"{name} has batch_first=False, so it reads the input {list(x.shape)} as (L, N, input_size) with "
                     f"N = {x.shape[1]}; but {label} {got} has N = {x.shape[0]}, the input's dim 0: the input is "
@@ -94,3 +100,34 @@ def hidden_state(ctx, m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]
                 rule=f"{name}: {label} [num_layers·D, N, H], D = {d}, H = {want[-1]}; batch_first never applies to states",
             )
     return None
+
+
+#: Factories that build a state from sizes alone (``torch.zeros(1, x.size(0), H)``).
+_FACTORIES = ("zeros", "ones", "empty", "randn", "rand", "full", "new_zeros", "new_ones", "new_empty", "new_full")
+
+
+def _built_here(ctx, state) -> Optional[str]:
+    """``"zeros at model.py:12"`` when ``state`` was built by a factory in the model's own code: its batch
+    size is then the model's reading of the input (``x.size(0)``), not a second witness of it."""
+    record = ctx.producer_op(state)
+    if record is None or record.op not in _FACTORIES:
+        return None
+    return record.label
+
+
+def _which_is_the_batch(ctx, m: nn.RNNBase, x: torch.Tensor, label: str, want: list, got: list, built: str) -> Diagnosis:
+    """``h0`` is batched as the input's dim 0, but the model built it from the input's sizes: either the
+    data is batch-first (``batch_first=True``) or it is seq-first and ``h0`` took the wrong dim. Both
+    fixes run; they compute different things, so none is offered."""
+    name, shape = type(m).__name__, list(x.shape)
+    return Diagnosis(
+        f"{name} has batch_first=False, so it reads the input {shape} as (L, N, input_size) with N = {shape[1]}; "
+        f"{label} {got} has N = {shape[0]}, the input's dim 0, but it is built by {built} from the sizes the "
+        "model itself read off the input: either the input is batch-first (N, L, input_size), or it is "
+        f"seq-first and {label} took its length as the batch — layerlab cannot tell which",
+        expected=want, got=got, cause="ambiguous",
+        hint=f"if the input is (N, L, input_size), construct {ctx.path or 'the RNN'} with batch_first=True; if it is "
+             f"(L, N, input_size), build {label} with the batch from dim 1: torch.zeros({', '.join(map(str, want))})",
+        alternatives=["batch_first=True", f"{label} = torch.zeros({', '.join(map(str, want))})"],
+        rule=f"{name}: input (L, N, input_size) when batch_first=False; {label} [num_layers·D, N, H]",
+    )

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from layerlab.probe.context import op_at, op_site
+from layerlab.probe.layout import operand_side
 from layerlab.probe.report import Diagnosis, FixStep
 
 _CONV_TRANSPOSE = ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")
@@ -75,7 +76,8 @@ def pixel_shuffle(ctx) -> Optional[Diagnosis]:
         f"{base}; they come from {call.label} ({call.class_name})", expected=f"a multiple of {r * r}", got=C,
         cause="size", hint=f"{hint}: out_channels={value} gives {wanted} channels, as many as the input image has",
         fix=FixStep("set-arg", call.path, f"out_channels={value}", {"name": "out_channels", "value": value}),
-        alternatives=[f"another multiple of {r * r} if the output should not have {wanted} channels"], rule=rule)
+        alternatives=[f"another multiple of {r * r} if the output should not have {wanted} channels"] + _other_factor(C, wanted, r),
+        rule=rule)
 
 
 # -- Unflatten --------------------------------------------------------------------------------------
@@ -104,6 +106,15 @@ def unflatten(ctx) -> Optional[Diagnosis]:
             alternatives=[f"or unflatten to sizes that multiply to {got}, if the layers after it take them"], rule=rule)
     return Diagnosis(base, expected=want, got=got, cause="size",
                      hint=f"make the sizes multiply to {got}, or make the layer before it output {want}", rule=rule)
+
+
+def _other_factor(channels: int, wanted: int, r: int) -> List[str]:
+    """The other reading when ``channels = wanted · k²`` for a factor ``k ≠ r``: the conv is sized for
+    PixelShuffle(k), and the shuffle's factor may be the bug (the same numbers either way; both run)."""
+    k = math.isqrt(channels // wanted) if channels % wanted == 0 else 0
+    if k < 2 or k * k * wanted != channels or k == r:
+        return []
+    return [f"PixelShuffle({k}) — if the model upsamples ×{k}: the conv's {channels} = {wanted}·{k}² channels fit it"]
 
 
 # -- pooling below its kernel -----------------------------------------------------------------------
@@ -213,6 +224,9 @@ def reduced_wrong_axis(ctx, x, want: int, base: str, rule: str) -> Optional[Diag
     dim %= len(shape)
     if shape[dim] != want or record.outputs[0] != shape[:dim] + shape[dim + 1:]:
         return None
+    side = operand_side(ctx, record.inputs[0], len(shape))
+    if side is not None and dim != (1 if side == "first" else len(shape) - 1):
+        return None  # it pooled the positions of a map whose maker says where its features are: the usual pool
     fits = [a for a in range(1, len(shape)) if a != dim and (shape[:a] + shape[a + 1:])[-1] == want]
     if len(fits) != 1:
         return None
