@@ -121,7 +121,7 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
             # its input's spread was gone before it ran: blame the op that rounded it away (only where
             # the call's own ops explain nothing more specific than a variance or a cancellation)
             if (cause is None or cause.what in ("variance", "cancellation")) and where == row.label:
-                lost = offsets.explain(key, row.class_name, ref, run, tol, device_type)
+                lost = offsets.explain(key, row.class_name, ref, run, tol, device_type, row.error)
                 if lost is not None:
                     cause, maker = lost
                     moved.append((key, maker if maker != key else None))
