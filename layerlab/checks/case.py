@@ -132,8 +132,23 @@ def float_leaves(output: Any) -> List[Tuple[str, Tensor]]:
     return [(p, t) for p, t in flatten(output) if t.is_floating_point()]
 
 
+class ComplexState(Exception):
+    """The layer holds complex parameters or buffers: a cast to a real dtype would drop their imaginary
+    parts (``nn.Module.to`` does, with a warning), so a check on the copy would check another layer."""
+
+    def __init__(self, names: List[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names
+
+
 def module_copy(module: nn.Module, dtype: Optional[torch.dtype] = None, train: Optional[bool] = None) -> nn.Module:
-    """A deep copy, cast to ``dtype`` (floating parameters and buffers only) and set to train/eval."""
+    """A deep copy, cast to ``dtype`` (floating parameters and buffers only) and set to train/eval.
+
+    Raises :class:`ComplexState` when ``dtype`` is real and the layer holds complex tensors."""
+    if dtype is not None and not dtype.is_complex:
+        held = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_complex()]
+        if held:
+            raise ComplexState(held)
     m = copy_model(module)
     if dtype is not None:
         m = m.to(dtype)

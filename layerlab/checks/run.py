@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.target.bind import describe as _describe  # what an input is, shown in reports
+from layerlab.checks.case import ComplexState
 from layerlab.checks.report import CheckResult, Status, VerifyReport
 from layerlab.errors import UsageError, debug_enabled
 
@@ -240,6 +241,10 @@ def _run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
         t0 = time.perf_counter()
         try:
             result = table[name](checked_case, opts)
+        except ComplexState as held:  # a float64 copy would be another layer: no verdict on it
+            result = CheckResult(name, Status.SKIP, f"not judged: {held} {'is' if len(held.names) == 1 else 'are'} "
+                                 "complex, and this check runs a float64 copy, which would drop the imaginary part",
+                                 where=held.names[0], details={"complex": held.names})
         except Exception as exc:
             if debug_enabled():
                 raise
