@@ -94,6 +94,7 @@ def findings(rows: List[ModuleRow], param_rows: List[ParamRow], ref: RunResult, 
             if cause is None:
                 cause = causes.explain(row.class_name, half_ops.get(key, []), tol.dtype, device_type, library,
                                        ref_ops.get(key, []), non_finite=True, **context)
+            cause = _with_eps(cause, half_ops.get(key, []), device_type)
             message = f"{row.label} ({row.class_name}) outputs inf/NaN in {label}; float32 is finite there"
             kind = "overflow" if "overflow" in row.flags else "non-finite"
         else:  # a float16 value past 65504 saturates as often as it goes non-finite (tanh(inf) = 1)
@@ -322,3 +323,19 @@ def innermost(keys, ref: RunResult) -> List[Key]:
             outer.add(parent)
             parent = ref.calls[parent].parent if parent in ref.calls else None
     return sorted((k for k in keys if k not in outer), key=lambda k: ref.calls[k].order)
+
+
+def _with_eps(cause, ops: list, device_type: str):
+    """In a call whose output is inf/NaN, an eps that is 0 in its dtype (``x.pow(2).mean() + 1e-12`` in
+    float16) guards nothing: said as the cause when no other is found, else added to it (whether the
+    zero it was there to guard is real, a padded row, or made by rounding, the other cause says)."""
+    from dataclasses import replace
+
+    from layerlab.mixed.magnitude import eps_underflow
+
+    eps = next((c for c in (eps_underflow(op, device_type) for op in ops) if c is not None), None)
+    if eps is None or (cause is not None and cause.what == "eps-underflow"):
+        return cause
+    if cause is None:
+        return eps
+    return replace(cause, text=f"{cause.text}; also, {eps.text}", fix=f"{cause.fix}; and {eps.fix}")

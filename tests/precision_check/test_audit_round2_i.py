@@ -139,7 +139,10 @@ def test_rmsnorm_with_eps_1e_12_gives_nan_on_padded_rows_in_float16():
     ref, half = _outputs(model, x, "float16")
     assert torch.isfinite(ref).all() and torch.isnan(half).any()
     first = _first(model, x, "float16")
-    assert first.where == "norm" and "rsqrt" in first.cause, first.cause
+    # the rsqrt of a padded row overflows, and the eps that should guard it is 0 in float16: both are said
+    assert torch.tensor(1e-12, dtype=torch.float16).item() == 0.0
+    assert first.where == "norm" and "rsqrt" in first.cause and "eps 1e-12 is 0 in float16" in first.cause, \
+        first.cause
     assert layerlab.precision_check(model, x, autocast=["bfloat16"]).ok
 
 
@@ -210,3 +213,16 @@ def test_healthy_models_pass(name):
     for run in report.runs:
         assert run.ok and not [f for f in run.findings if f.severity == "warning"], \
             (run.label, [f.message for f in run.findings])
+
+
+@FP16
+def test_an_eps_that_is_0_in_float16_is_added_to_the_cause_not_put_in_its_place():
+    """StdNet in float16: the spread is lost to rounding at the offset (the subtraction is the cause), and
+    the std's eps 1e-8 is 0 there too. Both are said, the subtraction first."""
+    model, x = _build(StdNet), _randn(8, 64)
+    ref, half = _outputs(model, x, "float16")
+    assert torch.isfinite(ref).all() and not torch.isfinite(half).all()
+    assert torch.tensor(1e-8, dtype=torch.float16).item() == 0.0
+    first = _first(model, x, "float16")
+    assert first.where == "norm" and first.cause.startswith("sub"), first.cause
+    assert "also, add runs in float16" in first.cause and "eps 1e-08 is 0 in float16" in first.cause
