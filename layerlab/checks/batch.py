@@ -29,6 +29,7 @@ from layerlab.checks.case import (
     module_copy, rand_like, reference_copy, unbatched_reason,
 )
 from layerlab.checks.compare import compare
+from layerlab.checks.mode_notes import train_differences
 from layerlab.checks.report import CheckResult, Status
 
 #: how many samples are tested (one backward each)
@@ -47,13 +48,13 @@ def _by_design(case: Case) -> Optional[str]:
 
 def _eval_note(case: Case) -> str:
     """Said in the summary, not only in the JSON: a train-mode BatchNorm model passes *in eval mode*."""
-    return " (in eval mode: train-mode BatchNorm mixes the batch by design)" if _notes(case) else ""
+    return "".join(f"; {note}" for note in _notes(case))
 
 
 def _notes(case: Case) -> List[str]:
-    if case.module.training and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in case.module.modules()):
-        return ["checked in eval mode: in train mode BatchNorm normalises over the batch by design"]
-    return []
+    """The mode the check ran in, for a layer in train mode that behaves differently there
+    (:func:`~layerlab.checks.mode_notes.train_differences`): BatchNorm, hand-written ones too, or dropout."""
+    return train_differences(case) if case.module.training else []
 
 
 def _setup(case: Case, grad: bool):

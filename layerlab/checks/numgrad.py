@@ -40,7 +40,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torch.autograd.gradcheck import GradcheckError
 
 from layerlab.checks.case import (
     Case, cast_args, generator, grad_inputs, has_inference_fast_path, mode_name, module_copy, parity_mode, trainable,
@@ -54,6 +53,8 @@ from layerlab.checks.magnitude import large_output
 from layerlab.checks.precision import IslandRecorder, summary as island_summary
 from layerlab.checks.report import CheckResult, Status
 from layerlab.checks.sampling import Plan, custom_function_leaves, describe as describe_plan, plan as make_plan
+from layerlab.checks.slow_mode import slow_gradcheck
+from layerlab.checks.train_mode import reseeded
 
 __all__ = ["GradcheckOptions", "gradcheck", "functional", "low_precision_tolerances"]
 
@@ -98,10 +99,10 @@ def low_precision_tolerances(dtype: Optional[torch.dtype], o: GradcheckOptions) 
     return max(eps, o.eps), max(rtol, o.rtol)
 
 
-def gradcheck(case: Case, opts: Optional[Any] = None) -> CheckResult:
-    """Analytical gradients equal finite differences (float64) for every input and parameter."""
+def gradcheck(case: Case, opts: Optional[Any] = None, reseed: Optional[int] = None) -> CheckResult:
+    """Analytical gradients equal finite differences (float64) for every input and parameter (``reseed``: see train_mode)."""
     o = getattr(opts, "gradcheck", None) or GradcheckOptions()
-    train = parity_mode(case)
+    train = parity_mode(case) if reseed is None else None
     module = module_copy(case.module, torch.float64, train)
     args = cast_args(case.args, torch.float64)
     inputs = grad_inputs(args)
@@ -117,7 +118,7 @@ def gradcheck(case: Case, opts: Optional[Any] = None) -> CheckResult:
         return CheckResult("gradcheck", Status.SKIP, f"{k} {n} already holds {_count(c)}: finite differences need "
                            "finite values", where=n, details={"nonfinite": [
                                {"tensor": n, "kind": k, **c} for n, k, c in bad]})
-    f = functional(module, args, [t for _, t in inputs], [n for n, _ in params])
+    f = reseeded(functional(module, args, [t for _, t in inputs], [n for n, _ in params]), reseed)
     tensors = [t.detach().requires_grad_(True) for t in base]
     started = time.perf_counter()
     with IslandRecorder() as recorder:
@@ -285,7 +286,7 @@ def _verdict(run: _Run, rows: List[Dict[str, Any]], details: Dict[str, Any]) -> 
                            f"not rounding noise (note: {precision})", where=listed, hint=hint, details=details)
     index = {n: i for i, n in enumerate(run.names)}
     n_out = sum(v.numel() for v in run.vs)
-    slow = [_slow(run.f, run.tensors, index[n], n, n_out, run.opts) for n in failing[:4]]
+    slow = [slow_gradcheck(run.f, run.tensors, index[n], n, n_out, run.opts) for n in failing[:4]]
     details["slow"] = slow
     confirmed = [s for s in slow if s.get("ran") and not s.get("passed")]
     if confirmed:
@@ -393,28 +394,3 @@ def _margin(row: Dict[str, Any]) -> float:
     if row["allowed"] > 0:
         return row["abs_diff"] / row["allowed"]
     return 0.0 if row["abs_diff"] == 0 else float("inf")
-
-
-def _slow(f, tensors, i: int, name: str, n_out: int, o: GradcheckOptions) -> Dict[str, Any]:
-    """torch's slow gradcheck on tensor ``i`` alone, if its Jacobian fits under the cap."""
-    size = tensors[i].numel() * n_out
-    info: Dict[str, Any] = {"tensor": name, "jacobian_elements": size, "cap": o.slow_cap}
-    if size > o.slow_cap:
-        info.update(ran=False, reason=f"its Jacobian would have {size:,} elements > cap {o.slow_cap:,}")
-        return info
-    fixed = [t.detach() for t in tensors]
-
-    def fi(x: Tensor):
-        args = list(fixed)
-        args[i] = x
-        return f(*args)
-
-    x = fixed[i].clone().requires_grad_(True)
-    try:
-        torch.autograd.gradcheck(fi, (x,), eps=o.eps, atol=o.atol, rtol=o.rtol, fast_mode=False,
-                                 raise_exception=True)
-        info.update(ran=True, passed=True, message="slow mode passes")
-    except GradcheckError as exc:
-        first = str(exc).strip().splitlines()[0].rstrip(",")
-        info.update(ran=True, passed=False, message=f"{first} ({name})", error=str(exc)[:1500])
-    return info

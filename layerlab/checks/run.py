@@ -44,13 +44,13 @@ DEEP_CHECK_NAMES = ("gradgradcheck", "noncontiguous", "determinism", "compile")
 
 
 def _registry() -> Dict[str, Callable]:
-    from layerlab.checks import batch, causality, deep, gradients, masks, numgrad, parity, recurrent, runs
+    from layerlab.checks import batch, causality, deep, gradients, masks, parity, recurrent, runs, train_mode
 
     return {
         "runs": runs.runs,
         "forward_parity": parity.forward_parity,
         "backward_parity": parity.backward_parity,
-        "gradcheck": numgrad.gradcheck,
+        "gradcheck": train_mode.gradcheck,  # numgrad's, and in train mode too for a stochastic layer
         "param_grads": gradients.param_grads,
         "batch_independence": batch.batch_independence,
         "batch_consistency": batch.batch_consistency,
