@@ -6,6 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from layerlab.target.seeding import cuda_devices, seed_generators, seeded  # noqa: E402
+import layerlab  # noqa: E402
 
 
 def _draws():
@@ -85,3 +86,14 @@ def test_seeded_on_cuda_matches_manual_seed_and_restores():
     with seeded(5, model, []):
         got = torch.rand(8, device="cuda")
     assert torch.equal(got, expected) and torch.equal(torch.cuda.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("command", ["verify", "profile", "inspect", "train_check", "precision_check"])
+def test_a_command_leaves_the_users_random_stream_where_it_was(command):
+    """The checks run the user's dropout; the user's next torch.rand must not depend on having run one."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    x = torch.randn(2, 4)
+    torch.manual_seed(0)
+    before = torch.get_rng_state().clone()
+    getattr(layerlab, command)(model, x)
+    assert torch.equal(torch.get_rng_state(), before)

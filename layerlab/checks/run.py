@@ -222,11 +222,14 @@ def run_checks(case, opts: VerifyOptions) -> List[CheckResult]:
     """Run the selected checks on ``case``; a layer that does not run skips the rest."""
     import torch
 
+    from layerlab.target.seeding import rng_untouched
+
     previous = torch.get_num_threads()
     if opts.threads:
         torch.set_num_threads(opts.threads)
     try:
-        return _run_checks(case, opts)
+        with rng_untouched(case.module, [a.value for a in case.args]):  # the user's random stream stays put
+            return _run_checks(case, opts)
     finally:
         torch.set_num_threads(previous)
 

@@ -83,7 +83,18 @@ def profile_args(module: Any, args: Sequence[Any], *, repeats: int = 10, warmup:
     """:func:`profile` on ready-made :class:`~layerlab.target.bind.Arg` inputs.
 
     ``progress(what, i, n)`` is called before each phase (timed steps, torch.compile, the
-    reference): ``--vs-reference`` on a big layer runs for minutes."""
+    reference): ``--vs-reference`` on a big layer runs for minutes. The user's RNG state is left as it was."""
+    from layerlab.target.seeding import rng_untouched
+
+    with rng_untouched(module if isinstance(module, torch.nn.Module) else None, [a.value for a in args]):
+        return _profile_args(module, args, repeats=repeats, warmup=warmup, compile=compile,
+                             compile_backend=compile_backend, reference=reference, threads=threads, seed=seed,
+                             target=target, progress=progress)
+
+
+def _profile_args(module: Any, args: Sequence[Any], *, repeats: int, warmup: int, compile: bool,
+                  compile_backend: str, reference: Any, threads: Optional[int], seed: int, target: str,
+                  progress: Optional[Callable[[str, int, int], None]]) -> ProfileReport:
     from layerlab.target.bind import class_path, describe as _describe
 
     from layerlab.arguments import check_module, check_not_meta, check_seed, check_threads

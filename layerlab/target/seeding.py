@@ -63,3 +63,11 @@ def seeded(seed: Optional[int], module: Optional[torch.nn.Module] = None, values
     with torch.random.fork_rng(devices=devices):
         seed_generators(seed, devices)
         yield
+
+
+@contextlib.contextmanager
+def rng_untouched(module: Optional[torch.nn.Module] = None, values: Iterable[Any] = ()) -> Iterator[None]:
+    """Run the body and put the CPU generator (and those of the CUDA devices in use) back as they
+    were: a check that runs the user's dropout must not move the user's random stream."""
+    with torch.random.fork_rng(devices=cuda_devices(module, values)):
+        yield
