@@ -42,7 +42,8 @@ def build_report(built, model, run, objective, opt_text, rate, steps, args, opt,
     if verdict.verdict in ("falls", "slow") and frozen.active_dropout(model) and "dropout" not in verdict.message:
         verdict.message += "; dropout is active (train mode), which keeps the loss of one batch noisy and above 0"
     flags: List[Problem] = [dropout] if dropout is not None else []
-    empty = no_signal.zero_loss(run.losses, tracker.nonzero_grad, verdict)  # a mask that zeroes every element
+    empty = no_signal.zero_loss(run.losses, tracker.nonzero_grad, verdict, objective,
+                                 run.first_pred)  # a mask that zeroes every element
     flags += [empty] if empty is not None else []
     same = constant_output.finding(run.same, objective, verdict.verdict, equal_inputs) if empty is None else None
     flags += [same] if same is not None else []
@@ -89,7 +90,7 @@ def build_report(built, model, run, objective, opt_text, rate, steps, args, opt,
     found = [f for f in found if f.severity != "info"]
     flags.extend(found)
     no_signal.all_padding(model, positional, keyword, flags, verdict.verdict, run.same)
-    flags.extend(run.early + [f for f in [copy_target.finding(objective, args)] if f is not None])
+    flags.extend(run.early + [f for f in [copy_target.finding(objective, args, run.first_pred)] if f is not None])
     decay = decay_finding(opt, steps, verdict.verdict, model)
     flags.extend(([decay] if decay is not None else []) + run.loop.findings(verdict.verdict))
     tracker.mark(found + [f for f in run.early if f.code == "recreated-in-forward"])
@@ -100,6 +101,7 @@ def build_report(built, model, run, objective, opt_text, rate, steps, args, opt,
                  if empty is None or f.code != "not-learning")  # no gradient at all: not a step-size matter
     vanishing.amend(flags, tracker.groups, model)
     zero_path.amend(flags, model, positional, keyword, objective)  # the op that passes no gradient
+    target_scale.demote(flags)  # a raw-unit target beside a dead layer: not the cause
     optimizer_step.point_hints(flags)
     idle = frozen.mode_findings(model)
     if idle is not None:

@@ -5,7 +5,11 @@ Three things a mask or an ignore index does when it removes *every* element, eac
 * **the loss is exactly 0 at every step and no parameter ever gets a non-zero gradient**
   (``(err * mask).sum() / mask.sum().clamp(min=1)`` with an all-zero mask): ``no-signal``, an
   error. fit.py would call a loss that starts at 0 "nothing to fall from"; with every gradient 0
-  as well, nothing was trained at all, so that verdict is withdrawn;
+  as well, nothing was trained at all, so that verdict is withdrawn. A loss with a floor of 0 that
+  the model already reaches looks the same (a hinge/margin loss every sample already satisfies), so
+  the loss function is first fed a few other predictions (the first one negated, scaled, noised):
+  if any of them gives a non-zero loss, the loss does read the prediction and nothing is masked —
+  the model already fits this batch, a warning (``already-fit``);
 * **the loss is NaN at step 0**, before any update (so the learning rate cannot be the cause): the
   step is re-run under a ``TorchFunctionMode`` that watches ``cross_entropy``/``nll_loss`` for a
   target whose every element is ``ignore_index`` (a collator that set every label to -100: the
@@ -35,17 +39,48 @@ from layerlab.target.copying import copy_model
 __all__ = ["zero_loss", "nan_at_start", "all_padding"]
 
 
-def zero_loss(losses: List[float], nonzero_grad: List[bool], verdict: Any) -> Optional[Problem]:
-    """``no-signal`` when the loss is 0 at every step and no gradient was ever non-zero."""
+def zero_loss(losses: List[float], nonzero_grad: List[bool], verdict: Any, objective: Any = None,
+              pred: Any = None) -> Optional[Problem]:
+    """``no-signal`` when the loss is 0 at every step and no gradient was ever non-zero; ``already-fit``
+    (a warning) when the loss function does give other predictions a non-zero loss."""
     if not losses or any(v != 0.0 for v in losses) or any(nonzero_grad):
         return None
     verdict.verdict = "flat"
+    if _reads_prediction(objective, pred):
+        verdict.message = (f"the loss is exactly 0 at all {len(losses)} steps and every gradient is 0, but other "
+                           "predictions get a non-zero loss: the model already fits this batch, so this run shows "
+                           "nothing about learning")
+        return Problem("already-fit", "the loss is exactly 0 from the first step and no gradient is ever non-zero, "
+                       "yet a perturbed prediction gets a non-zero loss: nothing is masked away — the model's first "
+                       "prediction is already at the loss's floor (a margin/hinge loss every sample satisfies)",
+                       where="(loss)", severity="warning",
+                       hint="to see it learn, give it a batch (or a target) it does not already fit")
     verdict.message = (f"the loss is exactly 0 at all {len(losses)} steps and every gradient is 0: "
                        "nothing is trained, so it shows nothing about overfitting")
     return Problem("no-signal", "the loss is exactly 0 from the first step and no parameter ever gets a non-zero "
                    "gradient: every element the loss counts is masked or weighted away", where="(loss)",
                    severity="error", hint="check the mask/weights the loss multiplies by (an all-zero mask, a "
                    "comparison on the wrong dtype, labels all ignored): at least one element must count")
+
+
+def _reads_prediction(objective: Any, pred: Any) -> bool:
+    """Some other prediction gets a finite non-zero loss (False when that cannot be tried)."""
+    fn = getattr(objective, "fn", None)
+    if fn is None or not isinstance(pred, torch.Tensor) or not pred.is_floating_point() or not pred.numel():
+        return False
+    p = pred.detach()
+    scale = max(float(p.abs().max()), 1.0)
+    noise = torch.randn(p.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float32).to(p)
+    for other in (-p, p + scale * noise, scale * noise):
+        try:
+            with torch.no_grad():
+                value = fn(other, objective.target)
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and bool(torch.isfinite(value)) and \
+                    float(value) != 0.0:
+                return True
+        except Exception:  # evidence only: the run's own loss succeeded on the real prediction
+            continue
+    return False
 
 
 class _Watch(TorchFunctionMode):

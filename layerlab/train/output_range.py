@@ -52,7 +52,16 @@ def _loss_of(objective: Any):
 
 
 def _bound(pred: torch.Tensor) -> Tuple[Optional[Tuple[str, float, float]], Any]:
-    return maker(pred, _BOUNDED)
+    bound, node = maker(pred, _BOUNDED)
+    if bound is not None and type(node).__name__ == "HardtanhBackward0":
+        # one node for ReLU6 (0, 6), Hardtanh (-1, 1) and hardtanh(x, -2, 2): its range is what it saved
+        try:
+            low, high = float(node._saved_min_val), float(node._saved_max_val)
+        except Exception:  # not saved in this torch: no range is claimed
+            return None, node
+        name = "ReLU6" if (low, high) == (0.0, 6.0) else f"Hardtanh({low:g}, {high:g})"
+        bound = (name, low, high)
+    return bound, node
 
 
 def findings(objective: Any, pred: Any, first_loss: Optional[float], made_by: List[Tuple[Any, str]]

@@ -205,6 +205,7 @@ class _Run:
         self.identity = recreated.identities(model)  # parameter objects: a forward may replace one
         self.floor = None  # why the default random target is out of the prediction's reach (output_range.py)
         self.same: List[bool] = []  # the prediction equal for every sample, at the first and the last step
+        self.first_pred = None  # the first step's prediction, detached
         self.shape = None  # the prediction's shape (a cross-entropy's class count, for its floor: floor.py)
         self.loop = optimizer_step.LoopWatch(opt, self.tracker.ids)  # zero_grad that clears nothing, a shrunk step
 
@@ -231,6 +232,7 @@ class _Run:
                     self.early += [wrong_input] if wrong_input is not None else []
                     pred, first = L.select(out, objective.output_path), float(value.detach())
                     self.shape = tuple(pred.shape)
+                    self.first_pred = pred.detach()  # copy_target.py: which target position each position is compared with
                     ce_floor.adopt(objective, value, self.shape)  # your function's label smoothing: its floor
                     self.early += recreated.findings(self.model, self.identity) + output_range.findings(
                         objective, pred, first, self.watch.made_by)

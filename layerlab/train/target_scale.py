@@ -31,7 +31,12 @@ import torch
 from layerlab.errors import Problem
 from layerlab.train import loss as L
 
-__all__ = ["findings", "MIN_TARGET", "RATIO"]
+__all__ = ["findings", "demote", "MIN_TARGET", "RATIO"]
+
+#: errors that stop parameters learning whatever the target's scale: with one of them, standardising
+#: the target is not what makes the model fit (a dead ReLU leaves only the last bias to move)
+_BLOCKING = ("dead-relu", "zero-grad", "no-grad", "not-in-optimizer", "wrong-output", "unregistered",
+             "recreated-in-forward", "constant-output", "step-shrunk", "grads-accumulate")
 
 MIN_TARGET = 10.0  #: a target RMS below this is on the usual unit scale: never flagged
 RATIO = 100.0  #: target RMS ≥ this × prediction RMS after the run
@@ -48,6 +53,23 @@ def findings(model: torch.nn.Module, positional: list, keyword: Dict[str, Any], 
     ``loss-flat``/``loss-slow`` hint at it. Else ``[]``."""
     found = _finding(model, positional, keyword, objective, verdict, flags) if nonfinite is None else None
     return [found] if found is not None else []
+
+
+def demote(flags: List[Problem]) -> None:
+    """A ``target-scale`` beside an error that stops learning by itself becomes a warning (in place).
+
+    The target's scale is still seen (and worth fixing), but it is not why the loss stays put when no
+    gradient reaches the layers: "standardise the target" alone would be a confident wrong fix."""
+    blocking = sorted({f"{f.code} {f.where}" for f in flags if f.severity == "error" and f.code in _BLOCKING})
+    if not blocking:
+        return
+    for f in flags:
+        if f.code == "target-scale" and f.severity == "error":
+            f.severity = "warning"
+            f.message += (f"; but {', '.join(blocking)} (see below) stop(s) the model learning whatever the "
+                          "target's scale, so standardising it alone will not make it fit")
+        elif f.code in ("loss-flat", "loss-slow") and f.hint and f.hint.startswith("see target-scale"):
+            f.hint = "fix the errors below first; then see target-scale"
 
 
 def _finding(model: torch.nn.Module, positional: list, keyword: Dict[str, Any], objective: Any, verdict: Any,

@@ -16,7 +16,11 @@ copy, without changing it: for these modules the weights never moved) and names 
   usual cause is an input far too large — weights initialised to a large constant
   (``nn.init.constant_(w, 5)``), unnormalised inputs — so the layer that feeds it is named with
   its weights' scale, and a weight that is one constant everywhere is said (every unit then
-  computes the same thing).
+  computes the same thing);
+* **a dead functional ReLU**: a ``torch.relu``/``F.relu`` (no module for :mod:`~.frozen`'s watch
+  to hook) whose every output is exactly 0 — its input is ≤ 0 everywhere, so its gradient is 0.
+  Named with the layer feeding it (a large negative bias); the prediction is then the same for every
+  sample, which is this cause's doing, not an input the model ignores (``constant-output`` is dropped).
 
 Only exact zeros are claimed; a tiny-but-nonzero gradient is :mod:`~.vanishing`'s. The finding's
 message and hint are amended in place; nothing is found → the generic message stays.
@@ -64,6 +68,10 @@ def _killer(node: Any) -> Optional[Tuple[str, Set[int]]]:
         y = _saved(node, "_saved_result")
         if y is not None and y.numel() and bool(((y == 0) | (y == 1)).all()):
             return "a sigmoid whose every output is exactly 0 or 1 (saturated: its gradient y(1 − y) is 0)", {0}
+    if name == "ReluBackward0":  # nn.ReLU modules are frozen.Watch's; a functional relu is seen only here
+        y = _saved(node, "_saved_result")
+        if y is not None and y.numel() and not bool((y != 0).any()):
+            return "a relu whose every output is 0 (dead: its input is ≤ 0 everywhere, so it passes no gradient)", {0}
     return None
 
 
@@ -78,6 +86,16 @@ def _below(node: Any) -> Set[int]:
         seen.add(id(n))
         stack.extend(m for m, _ in n.next_functions)
     return seen
+
+
+def _near(start: Any, node: Any, hops: int = 3) -> bool:
+    """``node`` is among the first ``hops`` levels of the graph below ``start`` (a module's direct input)."""
+    level = [start]
+    for _ in range(hops):
+        level = [m for n in level if n is not None for m, _ in n.next_functions]
+        if any(n is node for n in level):
+            return True
+    return False
 
 
 def _feeder(made: Dict[int, str], node: Any, model: torch.nn.Module) -> str:
@@ -144,7 +162,7 @@ def amend(flags: List[Problem], model: torch.nn.Module, positional: list, keywor
                    for i in dead if i < len(node.next_functions)):
                 where = made.get(id(node))
                 blamed.append(f"{what}" + (f" at {where}" if where else " inside forward") +
-                              (_feeder(made, node, model) if "saturated" in what else ""))
+                              (_feeder(made, node, model) if "saturated" in what or "dead" in what else ""))
         if not blamed:
             continue
         flag.message = flag.message.split("; no gradient signal arrives")[0] + (
@@ -152,5 +170,18 @@ def amend(flags: List[Problem], model: torch.nn.Module, positional: list, keywor
         flag.data["cause"] = blamed
         flag.hint = ("a saturated tanh/sigmoid: make its input smaller — the default (or Xavier) init instead of a "
                      "large constant, normalised inputs, a LayerNorm before it" if all("saturated" in b for b in blamed)
+                     else "a dead relu: look at the bias/initialisation feeding it (a large negative bias), or "
+                     "use LeakyReLU/GELU" if all("dead" in b for b in blamed)
                      else "a 0 factor: make the scale a learnable nn.Parameter (ReZero) or non-zero, or fix the mask"
                      if all("multiply" in b for b in blamed) else "see each cause named above")
+    dead = [(node, made.get(id(node))) for node, what, _ in killers if what.startswith("a relu")]
+    if any("dead" in b for f in stuck for b in f.data.get("cause", [])):
+        # every later output is then the same: the same-prediction error would blame the inputs
+        flags[:] = [f for f in flags if f.code != "constant-output"]
+        for f in flags:  # a layer right after the dead relu reads only zeros: not "this batch's" doing
+            start = outputs.get(f.where) if f.code == "zero-grad" and f.severity == "warning" else None
+            if start is not None and any(_near(start, node) for node, _ in dead):
+                f.message = f.message.split("; a gradient does reach")[0] + (
+                    "; its input is the output of a dead relu (0 for every sample at every step), so what it "
+                    "multiplies is 0 and it will not learn until that relu is alive")
+                f.hint = "fix the dead relu feeding it (see the zero-grad error above)"
