@@ -17,6 +17,9 @@ exp/softmax    softmax, log_softmax, exp, logsumexp, nn.Softmax …     an absol
 log of 0       log(sigmoid(z)), log(softmax(x)), log(nn.Sigmoid(…))   the probability underflows:
                                                                       σ(−20) = 2e-9 is 0 in fp16,
                                                                       log(0) = −inf
+log rounded    the same, where float32's |log p| shows p stayed a     log p ≈ p − 1 near p = 1: the
+               normal number (and the output is finite)               rounding of p is large next
+                                                                      to it (not an underflow)
 tiny squares   var, pow, x * x … whose float32 values are all below   they are subnormal (few bits)
                the dtype's smallest normal (fp16: 6.1e-5)             or 0: a variance with no eps
                                                                       divides by ~0
@@ -27,6 +30,12 @@ cancellation   sub/add whose float32 result is ≥ 16× smaller than     both op
                                                                       difference keeps few bits
 large value    any op whose float32 |x| exceeds the dtype's range     inf, then NaN downstream
 =============  =====================================================  ============================
+
+Near misses these rules step aside for (tests/precision_check/test_near_misses.py): an exp/softmax
+whose input is known to stay below |x| = 4 (its own rounding adds about an eps: the error came in
+with its input); a sub whose float32 result is exactly 0 (``h - h.detach()``: nothing cancels); an
+eps that is 0 in the dtype where the output is finite (it only matters for a 0/0); an overflow
+whose every use is a two-sided clamp (clamp(inf) is clamp(1e5)).
 
 A call whose *input* already lost its spread (a large offset added before it) is
 :mod:`layerlab.mixed.offsets`' business: the rules here only read the call's own ops.
@@ -73,7 +82,7 @@ LOW = {"float16", "bfloat16"}
 
 @dataclass
 class Cause:
-    """``what``: exp | sensitive | log-underflow | tiny-squares | eps-underflow | variance | cancellation |
+    """``what``: exp | sensitive | log-underflow | log-rounded | tiny-squares | eps-underflow | variance | cancellation |
     swamped | absorbed | overflow (:mod:`~layerlab.mixed.magnitude` has sensitive, eps-underflow, absorbed);
     ``text``: the sentence; ``fix``; ``source``: ``file:line``."""
 
@@ -119,8 +128,10 @@ def _cancelled(op: OpSeen, amax: dict,
     ins = [(a, c) for a, c in operand_sizes(op, amax, sizes or Sizes()) if math.isfinite(a)]
     if out is None or not ins or not math.isfinite(out):
         return None
+    if out == 0.0:  # exactly 0 in float32 (``h - h.detach()``): equal operands, 0 in any dtype too
+        return None
     size, maker = max(ins, key=lambda p: p[0])
-    return (size / out if out > 0 else math.inf), maker
+    return size / out, maker
 
 
 def _squares_behind(op: OpSeen, made: Dict[int, OpSeen]) -> Optional[OpSeen]:
@@ -149,8 +160,20 @@ def flushed(dtype: str) -> float:
     return float(info.smallest_normal) * float(info.eps) / 2
 
 
+def _log_near_one(op: OpSeen, p_name: str, where: str, half: str, deepest: float) -> Cause:
+    """A log of a probability that stayed a normal number (float32 ``|log p| ≤ deepest``): nothing
+    underflowed; near p = 1, log p ≈ p − 1 is small and the rounding of p (its step there) is large
+    next to it."""
+    return Cause("log-rounded",
+                 f"{op.record.op}{code(op)} takes the log of {p_name}'s output{where} in {half}: its smallest value "
+                 f"is {math.exp(-deepest):.4g} in float32, so nothing underflows; where p is near 1, log p ≈ p − 1 is "
+                 f"small and {half}'s rounding of p (a step of {float(torch.finfo(HALF[half]).eps) / 2:.2g} below 1) "
+                 "is a large part of it",
+                 f"replace {op.record.op}({p_name}(…)) with {LOG_FIXES[p_name]}", op.record.source)
+
+
 def log_of_underflow(ops: List[OpSeen], non_finite: bool,
-                     modules: Optional[Dict[int, str]] = None) -> Optional[Cause]:
+                     modules: Optional[Dict[int, str]] = None, amax: Optional[dict] = None) -> Optional[Cause]:
     """A low-precision ``log`` of the output of a sigmoid/softmax/exp (an op of the same call, or
     an ``nn.Sigmoid``/``nn.Softmax`` call: ``modules`` maps a call's index to its class): the
     probability underflows to 0 (``log(0) = -inf``) where the dtype's range ends."""
@@ -168,6 +191,9 @@ def log_of_underflow(ops: List[OpSeen], non_finite: bool,
         else:
             continue
         half = op.record.out_dtypes[0]
+        deepest = (amax or {}).get(op.record.index)  # float32 max |log p|: the smallest p is exp(−deepest)
+        if not non_finite and deepest is not None and deepest < -math.log(tiny(half)):
+            return _log_near_one(op, p_name, where, half, deepest)
         outcome = ("in this run some of it rounded to 0 and log(0) = -inf" if non_finite else
                    "small ones keep few bits (subnormal) or round to 0, where log gives -inf")
         text = (f"{op.record.op}{code(op)} takes the log of {p_name}'s output{where}, which underflows in {half}: "
@@ -213,7 +239,7 @@ def overflow(class_name: str, amax: Optional[float], ref_ops: List[OpSeen], dtyp
     """The op (or the module's output) whose float32 magnitude is beyond float16's range."""
     if dtype != "float16":
         return None
-    big = [op for op in ref_ops if op.amax is not None and op.amax > FP16_MAX]
+    big = [op for op in ref_ops if op.amax is not None and op.amax > FP16_MAX and not _clamped(op, ref_ops)]
     if big:
         op = big[0]
         line = code(op)
@@ -224,6 +250,26 @@ def overflow(class_name: str, amax: Optional[float], ref_ops: List[OpSeen], dtyp
         return Cause("overflow", f"its output reaches |x| = {amax:.3g} in float32, above float16's largest value "
                                  f"{FP16_MAX:g}", _overflow_fix(device_type, class_name))
     return None
+
+
+#: ops that bound their input: clamp(±inf, lo, hi) is clamp(±1e5, lo, hi), an overflow there is harmless
+BOUND_OPS = {"clamp", "clip", "clamp_", "clip_", "F.hardtanh", "hardtanh"}
+
+
+def _bound(op: OpSeen) -> bool:
+    """A clamp with both bounds, finite numbers within float16's range."""
+    args = op.record.args
+    lo, hi = args.get("min", args.get("1")), args.get("max", args.get("2"))
+    if op.record.op in ("F.hardtanh", "hardtanh"):
+        lo, hi = args.get("min_val", args.get("1", -1.0)), args.get("max_val", args.get("2", 1.0))
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= FP16_MAX for v in (lo, hi))
+
+
+def _clamped(op: OpSeen, ops: List[OpSeen]) -> bool:
+    """Every use of ``op``'s output in this call is a two-sided clamp: its inf is clamped to the
+    same bound as float32's large value, so the overflow changes nothing."""
+    used = [o for o in ops if any(i.from_op == op.record.index for i in o.record.inputs)]
+    return bool(used) and all(o.record.op in BOUND_OPS and _bound(o) for o in used)
 
 
 #: products whose result is often scaled down right after (attention's ``q @ k.T / √d``)
@@ -267,7 +313,7 @@ def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, li
     amax = float32_amax(ops, ref_ops or [])
     sizes = sizes or magnitude.Sizes()
     callers = sizes.callers
-    found = log_of_underflow(ops, non_finite, modules)
+    found = log_of_underflow(ops, non_finite, modules, amax)
     if found is not None:
         return found
     made = {op.record.index: op for op in ops}
@@ -284,11 +330,11 @@ def explain(class_name: str, ops: List[OpSeen], dtype: str, device_type: str, li
             continue
         name, src, in_dtype = op.record.op, op.record.source, op.record.out_dtypes[0]
         line = code(op)
-        found = magnitude.eps_underflow(op, device_type) or \
+        found = (magnitude.eps_underflow(op, device_type) if non_finite else None) or \
             magnitude.sensitive(op, made, amax, sizes, device_type)
         if found is not None:
             return found
-        if name in EXP_OPS:
+        if name in EXP_OPS and not magnitude.small_exponent(op, amax, sizes):
             return Cause("exp", f"{name} runs in {in_dtype}{line}: exponentials turn the rounding of large inputs "
                                 "into large relative errors", keep_fp32(device_type, name), src)
         if name in SQUARE_OPS or _square(op):

@@ -138,6 +138,14 @@ def sensitive(op: OpSeen, made: Dict[int, OpSeen], amax: Dict[int, float], sizes
     return Cause("sensitive", text, fix, op.record.source)
 
 
+def small_exponent(op: OpSeen, amax: Dict[int, float], sizes: Sizes) -> bool:
+    """An exp/softmax whose input is known (float32 ``max |x|``) to stay below
+    :data:`SENSITIVE_FROM`: the dtype's step there is at most 2ε, so its own rounding adds about an
+    eps to its output, far below the bars; an error it shows was in its input already."""
+    known = operand_sizes(op, amax, sizes) if op.record.inputs else []
+    return bool(known) and math.isfinite(known[0][0]) and known[0][0] < SENSITIVE_FROM
+
+
 def eps_underflow(op: OpSeen, device_type: str) -> Optional["Cause"]:  # noqa: F821
     """``x + 1e-12`` (or ``clamp(min=1e-12)``) in a dtype where that eps rounds to 0."""
     from layerlab.mixed.causes import Cause, code, flushed, keep_fp32, low
