@@ -27,6 +27,8 @@ from layerlab.probe import layer_rules as R
 from layerlab.probe import prefix_token_rules, sequence_target_rules, short_sequence_rules, shortcut_rules, split_axis_rules
 from layerlab.probe import batch_axis_rules, dataflow_rules, extra_axis_rules, leaf_input_rules, patch_rules
 from layerlab.probe import channel_rules, hf_rules, image_size_rules, loss_rules, loss_shape_rules, order_rules, upstream_rules
+from layerlab.probe import ctc_rules, embedding_bag_rules, flat_image_rules, regression_target_rules, sibling_head_rules
+from layerlab.probe import window_count_rules
 from layerlab.probe.context import FailureContext
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.mask_rules import mha, transformer_masks
@@ -160,6 +162,7 @@ _RULES: List[tuple] = [
     (nn.modules.batchnorm._BatchNorm, R.batch_norm),
     (nn.GroupNorm, R.group_norm),
     (nn.Embedding, R.embedding),
+    (nn.EmbeddingBag, embedding_bag_rules.lengths_as_offsets),
     (nn.PixelShuffle, upstream_rules.pixel_shuffle),
     (nn.Unflatten, upstream_rules.unflatten),
     ((nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd), upstream_rules.pool_too_small),
@@ -179,7 +182,9 @@ def diagnose(ctx: FailureContext) -> Optional[Diagnosis]:
     if failed is not None:
         found = _safe(lambda: upstream_rules.cat_after_upsample(ctx, failed)) \
             or _safe(lambda: shortcut_rules.strided_shortcut(ctx, failed)) \
-            or _safe(lambda: dataflow_rules.diagnose(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed)) \
+            or _safe(lambda: dataflow_rules.diagnose(ctx, failed)) \
+            or _safe(lambda: sibling_head_rules.sibling_heads(ctx, failed)) or _safe(lambda: ctc_rules.ctc_batch_first(ctx, failed)) \
+            or _safe(lambda: regression_target_rules.trailing_axis(ctx, failed)) or _safe(lambda: diagnose_op(ctx, failed)) \
             or _safe(lambda: sequence_target_rules.per_step_logits(ctx, failed))
         if found is not None:
             return found
@@ -205,7 +210,8 @@ def _refined(ctx: FailureContext, found: Diagnosis) -> Optional[Diagnosis]:
     """A module rule's diagnosis made precise by what the op trace saw upstream (the split, the CLS cat,
     the short ids) — or ``None`` to keep it."""
     for refine in (split_axis_rules.chunked_batch, prefix_token_rules.mask_before_prefix,
-                   short_sequence_rules.pad_short_ids, patch_rules.unfold_features):
+                   short_sequence_rules.pad_short_ids, patch_rules.unfold_features,
+                   window_count_rules.overlapping_windows, flat_image_rules.flat_image):
         better = _safe(lambda: refine(ctx, found))
         if better is not None:
             return better

@@ -75,6 +75,8 @@ def _convert(value: Any, to: str) -> Any:
     if to.startswith("select:"):  # "select:1:-1": x[:, -1] (an RNN's last step for a sequence classifier)
         dim, position = (int(v) for v in to[len("select:"):].split(":"))
         return value.select(dim, position)
+    if to == "starts":  # EmbeddingBag lengths → offsets (each bag's start)
+        return torch.cat([value.new_zeros(1), value.cumsum(0)[:-1]])
     if to.startswith("argmax:"):  # one-hot rows → class indices
         return value.argmax(int(to[len("argmax:"):]))
     if to.startswith("squeeze:"):

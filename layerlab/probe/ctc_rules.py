@@ -1,0 +1,59 @@
+"""``F.ctc_loss`` given batch-first log-probs.
+
+Legend: T time steps, N batch, C classes (blank included).
+
+``F.ctc_loss`` reads ``log_probs`` as ``(T, N, C)``, but a ``batch_first`` RNN and a Linear give
+``(N, T, C)``. Torch then compares ``input_lengths`` (N entries) with dim 1 (T) and says
+"input_lengths must be of size batch_size". When dim 0 has exactly the lengths' count and dim 1 does
+not, ``log_probs.transpose(0, 1)`` is the fix (verified on a copy). Cutting or padding the lengths
+would make it run on the wrong axis and is not offered; a count that matches neither axis gets a
+description and no fix.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from layerlab.probe.context import op_at, op_site
+from layerlab.probe.report import Diagnosis, FixStep
+
+_RULE = "F.ctc_loss: log_probs (T, N, C), targets (N, S), input_lengths (N), target_lengths (N)"
+
+
+def _count(lengths) -> Optional[int]:
+    if isinstance(lengths, torch.Tensor):
+        return lengths.numel() if lengths.dim() <= 1 else None
+    return len(lengths) if isinstance(lengths, (list, tuple)) else None
+
+
+def ctc_batch_first(ctx, failed) -> Optional[Diagnosis]:
+    record = failed.record
+    if record.op not in ("F.ctc_loss", "ctc_loss") or "must be of size batch_size" not in str(failed.exc):
+        return None
+    names = ("log_probs", "targets", "input_lengths", "target_lengths")
+    values = {n: failed.args[i] if i < len(failed.args) else failed.kwargs.get(n) for i, n in enumerate(names)}
+    lp, n = values["log_probs"], _count(values["input_lengths"])
+    if not isinstance(lp, torch.Tensor) or lp.dim() != 3 or n is None:
+        return None
+    t, batch = lp.shape[0], lp.shape[1]
+    api = f"{record.op}{op_at(record)}"
+    if t == n and batch != n:
+        shape = [batch, t, lp.shape[2]]
+        return Diagnosis(
+            f"{api} reads log_probs {list(lp.shape)} as (T, N, C) = T {t}, N {batch}, but input_lengths has {n} "
+            f"entries: the log-probs are batch-first (N, T, C) = N {t}, T {batch}, as a batch_first RNN gives them",
+            expected=f"(T, N={n}, C)", got=list(lp.shape), cause="layout",
+            hint=f"log_probs.transpose(0, 1) → {shape}",
+            fix=FixStep("replace-op", record.source or "", "log_probs.transpose(0, 1)",
+                        op_site(record, arg=0, to="movedim:0:1")),
+            alternatives=["not cutting input_lengths to the time axis: it would run with time read as the batch"],
+            rule=_RULE,
+        )
+    return Diagnosis(
+        f"{api}: log_probs {list(lp.shape)} has batch N = {batch} on dim 1 (T on dim 0), but input_lengths has "
+        f"{n} entries; neither axis explains it",
+        expected=f"{batch} lengths", got=n, cause="size",
+        hint="give one input length and one target length per sample of the batch", rule=_RULE,
+    )
