@@ -118,8 +118,6 @@ class FailureContext:
         code (``F.relu``, dropout, ``+`` of a bias) and shape-keeping modules (``nn.ReLU``,
         ``nn.Dropout``: :data:`~layerlab.probe.layout.ELEMENTWISE`), but not through anything that
         moves axes: what made the data, so that its layout is known."""
-        from layerlab.probe.layout import ELEMENTWISE
-
         op_index, call_index = self.made_by(t)
         for _ in range(ORIGIN_STEPS):
             if op_index is None:
@@ -129,8 +127,14 @@ class FailureContext:
             if not same:
                 return None
             op_index, call_index = same[0].from_op, same[0].from_call
-        call = self.call(call_index)
-        for _ in range(ORIGIN_STEPS):  # Sequential(conv, nn.ReLU()): the layout is the conv's
+        return self.through_elementwise(self.call(call_index))
+
+    def through_elementwise(self, call, steps: int = ORIGIN_STEPS):
+        """``call``, or the call behind the elementwise modules that took its output unchanged in shape:
+        in ``Sequential(conv, nn.ReLU())`` the layout is the conv's."""
+        from layerlab.probe.layout import ELEMENTWISE  # layout imports this module
+
+        for _ in range(steps):
             if call is None or call.class_name not in ELEMENTWISE:
                 break
             ins, outs = call.tensor_inputs, call.tensor_outputs

@@ -183,14 +183,7 @@ def _makers(ctx, op_index, call_index, ndim: int, depth: int, via) -> list:
         if not operands and _keeps_axes(record):
             operands, via = [i for i in record.inputs if i.shape is not None and len(i.shape) == ndim], via or record
         return [found for i in operands for found in _makers(ctx, i.from_op, i.from_call, ndim, depth - 1, via)]
-    call = ctx.call(call_index)
-    for _ in range(depth):  # Sequential(conv, nn.ReLU()): the layout is the conv's
-        if call is None or call.class_name not in ELEMENTWISE:
-            break
-        ins, outs = call.tensor_inputs, call.tensor_outputs
-        if not ins or not outs or ins[0].shape != outs[0].shape or ins[0].source is None:
-            break
-        call = ctx.call(ins[0].source)
+    call = ctx.through_elementwise(ctx.call(call_index), depth)
     return [(call, via)] if call is not None else []
 
 
