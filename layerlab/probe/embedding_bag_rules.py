@@ -5,7 +5,9 @@ a list of bag *lengths* (``[3, 2, 4]`` for 9 ids) is the most common mix-up. Whe
 positive and they add up to the number of ids, they are lengths, and the offsets are their exclusive
 cumulative sum: ``torch.cat([lengths.new_zeros(1), lengths.cumsum(0)[:-1]])`` (verified on a copy).
 Putting a 0 in front of the lengths would run with the wrong bags and is not offered; offsets that
-are not lengths get a description and no fix.
+are not lengths get a description and no fix. Increasing offsets that add up to the ids read two
+ways: lengths, or the starts of a mini-batch cut from a bigger flat list (``[2, 3, 4]`` for ids
+sliced from position 2: ``offsets - offsets[0]``). Both are named and no fix is offered.
 """
 
 from __future__ import annotations
@@ -27,7 +29,20 @@ def lengths_as_offsets(ctx) -> Optional[Diagnosis]:
         return None
     key = ctx.locate(offsets)
     values = offsets.tolist()
-    if key is not None and all(v > 0 for v in values) and sum(values) == ids.numel():
+    lengths = all(v > 0 for v in values) and sum(values) == ids.numel()
+    shifted = all(a <= b for a, b in zip(values, values[1:])) and values[-1] - values[0] <= ids.numel()
+    if lengths and shifted:
+        starts = [0] + list(torch.tensor(values).cumsum(0)[:-1].tolist())
+        return Diagnosis(
+            f"EmbeddingBag's offsets {values} start at {values[0]}, not 0, and read two ways: as the bags' lengths "
+            f"(they add up to the {ids.numel()} ids: starts {starts}), or as starts of a batch cut from a bigger "
+            f"flat list (shifted by {values[0]}: starts {[v - values[0] for v in values]}); layerlab cannot tell",
+            expected="offsets[0] = 0 (each bag's start)", got=values, cause="ambiguous",
+            hint="lengths: offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)[:-1]]); "
+                 "global starts of a slice: offsets = offsets - offsets[0]",
+            rule=_RULE,
+        )
+    if key is not None and lengths:
         starts = [0] + list(torch.tensor(values).cumsum(0)[:-1].tolist())
         return Diagnosis(
             f"EmbeddingBag's offsets {values} start at {values[0]}, not 0; they add up to the {ids.numel()} ids, "

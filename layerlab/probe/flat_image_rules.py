@@ -6,7 +6,10 @@ Legend: N batch, C ``in_channels``, H = W the side of a square map.
 ``(N, C·H·W)``. When the flat size is ``in_channels`` times a square, ``x.view(-1, C, H, H)`` is the
 fix, verified on a copy. ``x.unsqueeze(0)`` would also run when C = 1 (the batch read as the image
 height) and is not offered. A flat size that is not C times a square gets no fix: which H×W the
-numbers are is not known, and the report says so.
+numbers are is not known, and the report says so. Nor does a flat tensor that is the model's own
+input: data comes with its layout fixed (a numpy image is H·W·C, a mel patch 4 × 16 is no square),
+and the square channels-first view would run on scrambled pixels. Only a layer's output (a
+generator's Linear, whose layout is whatever the view says it is) gets the view.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ from typing import Optional
 import torch.nn as nn
 
 from layerlab.probe.report import Diagnosis, FixStep
+
+
+def _model_input(ctx, x) -> bool:
+    """Whether ``x`` is one of the model's own inputs (data), not a layer's output."""
+    if not ctx.outer:
+        return True
+    _, args, kwargs = ctx.outer[0]
+    return any(a is x for a in (*args, *kwargs.values()))
 
 
 def flat_image(ctx, found: Diagnosis) -> Optional[Diagnosis]:
@@ -31,6 +42,16 @@ def flat_image(ctx, found: Diagnosis) -> Optional[Diagnosis]:
     key = ctx.locate(x)
     base = f"Conv2d got a 2-D input {list(x.shape)}: (N, C·H·W) = ({n}, {flat}), a flat image"
     side = math.isqrt(flat // c) if flat % c == 0 else 0
+    if side and side * side * c == flat and key is not None and _model_input(ctx, x):
+        return Diagnosis(
+            base + f" given to the model as it is; {flat} = {c} × {side} × {side} fits a square channels-first map, "
+            f"but the data's own layout is not known (channels last, or a map that is not square, fit too)",
+            expected=f"4-D (N, {c}, H, W)", got=list(x.shape), cause="rank",
+            hint=f"reshape it as the data is laid out: x.view(-1, {c}, H, W) for C·H·W"
+                 + (f", or x.view(-1, H, W, {c}).permute(0, 3, 1, 2) for H·W·C" if c > 1 else "")
+                 + f"; H·W = {flat // c}",
+            rule=found.rule,
+        )
     if side == 0 or side * side * c != flat or key is None:
         return Diagnosis(
             base + f" that is not in_channels = {c} times a square map: layerlab cannot tell its H × W",

@@ -5,10 +5,12 @@ Legend: h the shared input, a = f(h) and b = g(h) the operands of the op that ra
 ``z = mu + eps * std`` with ``mu = nn.Linear(H, Z)`` and ``logvar = nn.Linear(H, H)`` fails to
 broadcast. Neither operand is a residual shortcut (the broadcast rule's "widening block" reading
 would add a projection, and run, with a latent of the wrong size): both are heads of the same h,
-and one of them has the wrong ``out_features``. Which one, a module that has not run yet says: a
-Linear whose ``in_features`` equals exactly one of the two widths (the decoder of the latent) takes
-that width, so the other head is set to it — verified on a copy. With no such witness both readings
-are named and no size is offered.
+and one of them has the wrong ``out_features``. Which one, the rest of the model says: each head is
+resized to the other's width on a copy and the whole forward re-run. When exactly one of the two
+runs (the decoder of the latent takes that width), that head is the one to resize. A Linear that has
+not run yet is no witness by itself: a critic of h with ``in_features`` = h's width, or a condition
+projection that runs later on another input, would pick the wrong head and still "run" (a latent of
+the wrong width). When both or neither re-run, both readings are named and no size is offered.
 """
 
 from __future__ import annotations
@@ -30,11 +32,20 @@ def _head(ctx, t):
     return (call, module) if type(module) is nn.Linear else None
 
 
-def _waiting_widths(ctx):
-    """``in_features`` of the Linears that have not run yet (the layers after the failure)."""
-    ran = {id(ctx.recorder.modules[c.index]) for c in ctx.recorder.calls}
-    root = ctx.recorder.root
-    return [m.in_features for m in root.modules() if type(m) is nn.Linear and id(m) not in ran]
+def _runs_resized(ctx, call, width) -> bool:
+    """Whether the model's forward, on a copy with ``call``'s Linear set to ``out_features=width``, runs."""
+    from layerlab.probe.fixes import apply_fixes  # fixes → rules would be a cycle at import time
+
+    if not ctx.outer or not call.path:
+        return False
+    _, args, kwargs = ctx.outer[0]
+    step = FixStep("set-arg", call.path, f"out_features={width}", {"name": "out_features", "value": width})
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # the model's own randn_like: leave the seed be
+            apply_fixes(ctx.recorder.root, [step])(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - any failure means this reading does not explain the model
+        return False
+    return True
 
 
 def sibling_heads(ctx, failed) -> Optional[Diagnosis]:
@@ -56,17 +67,16 @@ def sibling_heads(ctx, failed) -> Optional[Diagnosis]:
     message = (f"`{record.op}`{where}: a [{', '.join(map(str, a.shape))}] comes from {ca.label} (Linear, "
                f"out_features={wa}) and b [{', '.join(map(str, b.shape))}] from {cb.label} (Linear, out_features={wb}); "
                f"both read the same input, so they are two heads of one tensor and one of them has the wrong width")
-    waiting = _waiting_widths(ctx)
-    witness = [w for w in (wa, wb) if w in waiting]
+    witness = [w for w, call in ((wa, cb), (wb, ca)) if _runs_resized(ctx, call, w)]
     both = (f"set {cb.label} out_features={wa}, or {ca.label} out_features={wb} — whichever width the layers "
             f"after this op take")
     if len(witness) != 1:
-        return Diagnosis(message + "; nothing that runs later says which", expected=list(a.shape), got=list(b.shape),
+        return Diagnosis(message + "; the rest of the model runs with either width, or with neither, so nothing says which", expected=list(a.shape), got=list(b.shape),
                          cause="ambiguous", hint=both, rule="heads combined elementwise must have one width")
     width = witness[0]
     call = cb if width == wa else ca
     return Diagnosis(
-        message + f"; a layer after it takes {width} (a Linear with in_features={width} has not run yet), so "
+        message + f"; the model runs on with width {width} and not with the other (tried on a copy), so "
         f"{call.label} is the head to resize",
         expected=list(a.shape), got=list(b.shape), cause="size",
         hint=f"set {call.label} out_features={width}",
