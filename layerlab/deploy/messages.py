@@ -82,7 +82,7 @@ def user_location(text: str, innermost: str = "last") -> Optional[str]:
     found = [(path, line) for path, line in _FILE_LINE.findall(text) if not path.startswith("<")]
     if not found:
         return None
-    own = [(p, n) for p, n in found if not _in_torch(p)]
+    own = [(p, n) for p, n in found if not in_torch(p)]
     if own:
         path, line = own[-1] if innermost == "last" else own[0]
         return f"{short_path(path)}:{line}"
@@ -105,6 +105,6 @@ def library_of_path(where: Optional[str]) -> Optional[str]:
     return top if top in LIBRARIES and "/" in where else None
 
 
-def _in_torch(path: str) -> bool:
+def in_torch(path: str) -> bool:
     norm = path.replace("\\", "/")
     return "/torch/" in norm and ("site-packages" in norm or "dist-packages" in norm)

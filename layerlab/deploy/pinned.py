@@ -17,7 +17,7 @@ import re
 import sys
 from typing import Callable, Optional, Tuple
 
-from layerlab.deploy.messages import short_path
+from layerlab.deploy.messages import in_torch, short_path
 
 _GUARDS = "torch.fx.experimental.symbolic_shapes"
 _PINNED = re.compile(r"\bEq\(s\d+, (\d+)\) \[guard added\]")
@@ -26,10 +26,9 @@ _LAYERLAB = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _outside_libraries(filename: str) -> bool:
-    norm = filename.replace("\\", "/")
     if filename.startswith("<") or filename.startswith(_LAYERLAB) or filename.startswith(_SKIP):
         return False
-    return not ("/torch/" in norm and ("site-packages" in norm or "dist-packages" in norm))
+    return not in_torch(filename)
 
 
 class _Watch(logging.Handler):

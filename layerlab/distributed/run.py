@@ -54,23 +54,19 @@ class ConfigBuild:
 
     @classmethod
     def of(cls, module: torch.nn.Module) -> Optional["ConfigBuild"]:
-        """A rebuild for ``module`` when it is a transformers model that cannot be pickled, else ``None``."""
+        """A rebuild for ``module`` (a transformers model pickle refused) that can be pickled, else ``None``."""
         config = getattr(module, "config", None)
-        if config is None or not type(module).__module__.startswith("transformers.") or _pickles(module):
+        if config is None or not type(module).__module__.startswith("transformers."):
             return None
         build = cls(type(module), config)
-        return build if _pickles(build) else None
+        try:
+            _check_picklable(build)
+        except UsageError:
+            return None
+        return build
 
     def __call__(self) -> torch.nn.Module:
         return self.cls(self.config)
-
-
-def _pickles(obj: Any) -> bool:
-    try:
-        _check_picklable(obj)
-    except UsageError:
-        return False
-    return True
 
 
 class _Given:
@@ -168,9 +164,15 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
                          where="model")
     refuse_lazy(module)
     target = from_module(module, *inputs, seed=seed, batch_dims=batch_dims, name=name, **kwargs)
-    if build is None:
-        build = ConfigBuild.of(module)  # a Hugging Face model that pickle refuses is rebuilt from its config
-    _check_picklable(build if build is not None else module)
+    if build is not None:
+        _check_picklable(build)
+    else:
+        try:
+            _check_picklable(module)
+        except UsageError:  # a Hugging Face model that pickle refuses is rebuilt from its config
+            build = ConfigBuild.of(module)
+            if build is None:
+                raise
     return check_target(target, build, DdpOptions().with_(**given), allow_import=allow_import)
 
 

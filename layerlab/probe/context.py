@@ -188,6 +188,13 @@ def op_tensors(failed) -> List[torch.Tensor]:
     return [t for _, t in tensor_operands(failed.args, failed.kwargs)]
 
 
+def loss_operands(failed) -> Tuple[Any, Any]:
+    """``(input, target)`` of a failing loss call ``F.…(input, target, …)``, passed by position or keyword."""
+    pred = failed.args[0] if failed.args else failed.kwargs.get("input")
+    target = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("target")
+    return pred, target
+
+
 def op_site(record: OpRecord, **params) -> dict:
     """The ``params`` of a ``replace-op`` fix for ``record``'s call at its source line."""
     return {"file": getattr(record, "file", None), "line": getattr(record, "line", None), "op": record.op, **params}

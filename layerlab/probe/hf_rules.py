@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from layerlab.probe.context import op_at
+from layerlab.probe.context import loss_operands, op_at
 from layerlab.probe.report import Diagnosis, FixStep
 
 _BCE = ("F.binary_cross_entropy_with_logits", "F.binary_cross_entropy")
@@ -79,8 +79,7 @@ def too_long(ctx) -> Optional[Diagnosis]:
 def float_class_labels(ctx, failed) -> Optional[Diagnosis]:
     if failed is None or failed.record.op not in _BCE:
         return None
-    logits = failed.args[0] if failed.args else failed.kwargs.get("input")
-    target = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("target")
+    logits, target = loss_operands(failed)
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         return None
     if logits.dim() != 2 or logits.shape[1] < 2 or target.dim() != 1 or target.shape[0] != logits.shape[0]:

@@ -32,7 +32,8 @@ def input_requires_grad(ctx) -> Optional[Diagnosis]:
     keys = [k for i, k in inputs.items() if i in reached]
     if not keys:
         return None
-    names = [k if isinstance(k, str) else _positional_name(ctx, k) for k in keys]
+    names = [k if isinstance(k, str) else ctx.passed_at(args[k], f"input {k}", k, unnamed=f"input {k}")[2]
+             for k in keys]
     shown = ", ".join(names)
     return Diagnosis(
         f"the model sets requires_grad on a tensor it makes from {shown}, and torch allows that only on a "
@@ -52,30 +53,13 @@ def _leaves_behind(ctx, limit: int = 10_000) -> set:
     """``id`` of every leaf tensor the failing op's operands were computed from (their autograd graph)."""
     from layerlab.probe.context import op_tensors
 
+    from layerlab.target.graph import graph_nodes
+
     failed = ctx.failed_op
-    todo = [t.grad_fn for t in (op_tensors(failed) if failed is not None else ctx.tensors())
-            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-    seen, leaves = set(), set()
-    while todo and len(seen) < limit:
-        fn = todo.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        variable = getattr(fn, "variable", None)  # AccumulateGrad: a leaf
-        if isinstance(variable, torch.Tensor):
-            leaves.add(id(variable))
-        todo.extend(next_fn for next_fn, _ in fn.next_functions)
-    return leaves
-
-
-def _positional_name(ctx, position: int) -> str:
-    from layerlab.probe.hooks import forward_arg_names
-
-    try:
-        names = forward_arg_names(type(ctx.recorder.root))
-    except Exception:  # noqa: BLE001 - no recorder root: the position is all there is
-        names = ()
-    return names[position] if position < len(names) else f"input {position}"
+    roots = [t.grad_fn for t in (op_tensors(failed) if failed is not None else ctx.tensors())
+             if isinstance(t, torch.Tensor)]
+    variables = (getattr(fn, "variable", None) for fn in graph_nodes(roots, limit))  # AccumulateGrad: a leaf
+    return {id(v) for v in variables if isinstance(v, torch.Tensor)}
 
 
 def _grad_leaf(value) -> bool:

@@ -32,7 +32,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
-from layerlab.probe.context import op_at, op_site
+from layerlab.probe.context import loss_operands, op_at, op_site
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -170,8 +170,7 @@ def bce(logits, target, api: str, fix: FixMaker) -> Optional[Diagnosis]:
 def loss_op(ctx, failed) -> Optional[Diagnosis]:
     """``F.cross_entropy``/``F.nll_loss``/BCE called in the user's code (or a library's)."""
     record = failed.record
-    logits = failed.args[0] if failed.args else failed.kwargs.get("input")
-    target = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("target")
+    logits, target = loss_operands(failed)
     api = f"{record.op}{op_at(record)}"
     if record.op in BCE:
         return bce(logits, target, api, _op_fixes(record))

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from layerlab.probe.context import op_at, op_site
+from layerlab.probe.context import loss_operands, op_at, op_site
 from layerlab.probe.report import Diagnosis, FixStep
 
 OPS = ("F.mse_loss", "F.l1_loss", "F.smooth_l1_loss", "F.huber_loss")
@@ -26,8 +26,7 @@ def trailing_axis(ctx, failed) -> Optional[Diagnosis]:
     record = failed.record
     if record.op not in OPS:
         return None
-    pred = failed.args[0] if failed.args else failed.kwargs.get("input")
-    target = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("target")
+    pred, target = loss_operands(failed)
     if not isinstance(pred, torch.Tensor) or not isinstance(target, torch.Tensor):
         return None
     for which, extra, other, name in ((1, target, pred, "target"), (0, pred, target, "input")):

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from layerlab.probe.context import op_at
+from layerlab.probe.context import loss_operands, op_at
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -36,8 +36,7 @@ def per_step_logits(ctx, failed) -> Optional[Diagnosis]:
     record = failed.record
     if record.op not in _OPS:
         return None
-    logits = failed.args[0] if failed.args else failed.kwargs.get("input")
-    target = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("target")
+    logits, target = loss_operands(failed)
     return _diagnose(ctx, logits, target, f"{record.op}{op_at(record)}")
 
 

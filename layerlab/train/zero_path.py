@@ -34,6 +34,7 @@ import torch
 
 from layerlab.errors import Problem
 from layerlab.target.bind import flatten
+from layerlab.target.graph import graph_nodes
 
 __all__ = ["amend"]
 
@@ -77,15 +78,7 @@ def _killer(node: Any) -> Optional[Tuple[str, Set[int]]]:
 
 def _below(node: Any) -> Set[int]:
     """ids of every node reachable from ``node`` (towards the leaves)."""
-    seen: Set[int] = set()
-    stack = [node]
-    while stack and len(seen) < _MAX_NODES:
-        n = stack.pop()
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
-        stack.extend(m for m, _ in n.next_functions)
-    return seen
+    return {id(n) for n in graph_nodes([node], _MAX_NODES)}
 
 
 def _near(start: Any, node: Any, hops: int = 3) -> bool:
@@ -139,17 +132,10 @@ def amend(flags: List[Problem], model: torch.nn.Module, positional: list, keywor
         for h in handles:
             h.remove()
     killers: List[Tuple[Any, str, Set[int]]] = []
-    seen: Set[int] = set()
-    stack = [value.grad_fn] if isinstance(value, torch.Tensor) else []
-    while stack and len(seen) < _MAX_NODES:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in graph_nodes([value.grad_fn] if isinstance(value, torch.Tensor) else [], _MAX_NODES):
         found = _killer(node)
         if found is not None:
             killers.append((node, *found))
-        stack.extend(n for n, _ in node.next_functions)
     if not killers:
         return
     for flag in stuck:
