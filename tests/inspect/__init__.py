@@ -1,0 +1,1 @@
+"""Tests of layerlab.inspect measured on corpora of models (tests/corpora)."""
