@@ -2,21 +2,28 @@
 
 A layer claims causality with a ``causal`` tag, an ``is_causal=True`` (or ``tgt_is_causal=True``)
 input, a causal mask among its inputs, or a ``causal``/``is_causal`` attribute set to ``True`` on it
-or a submodule (Hugging Face's GPT-2 attention has ``is_causal = True``). A causal mask is any
-triangle of :mod:`layerlab.checks.mask_forms` that looks like an attempt at one — exact, or off by
-some diagonals (``triu(diagonal=2)`` sees the next position; ``diagonal=0`` masks the token
-itself), in bool, additive ``−inf`` or float 0/1 form — so a wrong mask is checked, not skipped.
+or a submodule (Hugging Face's GPT-2 attention has ``is_causal = True``). Such a library attribute
+alone only tells the attention kernel to mask, so a leak there is a warning; but when it sits inside
+a ``transformers.PreTrainedModel`` under test (Phi3, GPT-2, Llama: the model builds its causal mask
+itself; the decoder of an encoder-decoder, for ``decoder_input_ids``), the model is built causal and
+a leak is a FAIL, whatever mask the caller passed. A BERT encoder sets no such flag and is not
+judged. A causal mask is any triangle of :mod:`layerlab.checks.mask_forms` that looks like an
+attempt at one — exact, or off by some diagonals (``triu(diagonal=2)`` sees the next position;
+``diagonal=0`` masks the token itself), in bool, additive ``−inf`` or float 0/1 form — so a wrong
+mask is checked, not skipped.
 
 The sequence under the claim: a mask named ``<input>_mask`` governs ``<input>`` only (``tgt_mask``
 → ``tgt`` in ``nn.Transformer``; the source is read whole by the decoder's cross-attention, so it
 is not perturbed); otherwise every sequence input of length T. Sequence inputs are floating
 tensors and integer token ids (changed to other valid ids, see :mod:`layerlab.checks.token_ids`).
 
-The test, eval mode, float64: the output must be finite on finite inputs (a NaN is reported with
-its positions, never compared away); then for ``t = 0, 1, …, T−2`` the sequence inputs are changed
-at all positions after ``t`` and the main output at positions ``≤ t`` must not move. Positions
-before ``t`` were already tested with a larger change, so the first ``t`` that moves is the first
-leaking position; the input position it sees is then found by changing one position at a time.
+The test, eval mode, float64 (float32 where a kernel refuses float64,
+:mod:`layerlab.checks.exact_dtype`): the output must be finite on finite inputs (a NaN is reported
+with its positions, never compared away); then for ``t = 0, 1, …, T−2`` the sequence inputs are
+changed at all positions after ``t`` and the main output at positions ``≤ t`` must not move.
+Positions before ``t`` were already tested with a larger change, so the first ``t`` that moves is
+the first leaking position; the input position it sees is then found by changing one position at a
+time.
 The hint names the cause the evidence points to: the mask passed (read under each bool convention,
 the one that explains what was seen wins), or the leak's pattern when no mask is passed.
 
@@ -26,7 +33,7 @@ Legend: T sequence length · t output position · s input position.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +43,7 @@ from layerlab.checks.case import (
     Arg, Case, call, cast_args, float_leaves, generator, grad_inputs, is_mask_name, map_args, module_copy, randn_like,
     time_dim,
 )
+from layerlab.checks.exact_dtype import exact_dtype
 from layerlab.checks.report import CheckResult, Status
 from layerlab.checks.token_ids import change_ids, token_inputs, vocab_sizes
 
@@ -51,6 +59,8 @@ class Claim:
     #: only a library class's ``is_causal`` attribute claims it: a hint to the attention kernel, not a promise
     #: (Hugging Face's eager attention ignores it and relies on the mask the model builds)
     from_attribute: bool = False
+    #: a transformers model under test that builds its own causal mask (:func:`built_causal`)
+    built: bool = False
 
 
 def causal_claim(case: Case) -> Optional[Claim]:
@@ -75,11 +85,20 @@ def causal_claim(case: Case) -> Optional[Claim]:
     elif mask_claim is not None:
         return mask_claim
     else:
+        owner = ""
         for name, m in case.module.named_modules():
             for attr in ("causal", "is_causal"):
                 if reason is None and getattr(m, attr, None) is True:
                     reason = f"`{name or type(m).__name__}.{attr}` is True"
                     kernel_hint = attr == "is_causal" and _library_class(type(m))
+                    owner = name
+        if kernel_hint:
+            built = built_causal(case.module, owner, names)
+            if built is not None:
+                reason, governs = built
+                claim = mask_claim or Claim(reason)
+                claim.reason, claim.governs, claim.built = reason, governs, True
+                return claim
     if reason is None:
         return None
     claim = mask_claim or Claim(reason)
@@ -88,6 +107,34 @@ def causal_claim(case: Case) -> Optional[Claim]:
     if flag is not None and flag.name != "is_causal" and flag.name[: -len("_is_causal")] in names:
         claim.governs = flag.name[: -len("_is_causal")]
     return claim
+
+
+def built_causal(module: nn.Module, owner: str, names: Set[str]) -> Optional[Tuple[str, Optional[str]]]:
+    """``(reason, governed input)`` when the causal attention at ``owner`` belongs to a Hugging Face model
+    under test (a ``transformers.PreTrainedModel``, by class): such a model builds its causal mask
+    itself, from its config, so its output must be causal whatever mask the caller passes; ``None``
+    otherwise (an attention class alone only tells its kernel, see :class:`Claim`). In an
+    encoder-decoder model (``config.is_encoder_decoder``) only the decoder's ids are under the claim;
+    without ``decoder_input_ids`` there is no claim about the output."""
+    import sys
+
+    base = getattr(sys.modules.get("transformers"), "PreTrainedModel", None)  # loaded if the model is one
+    if base is None:
+        return None
+    model = next(((n, m) for n, m in module.named_modules() if isinstance(m, base)
+                  and (not n or owner == n or owner.startswith(n + "."))), None)
+    if model is None:
+        return None
+    path, found = model
+    config = getattr(found, "config", None)
+    what = f"`{type(found).__name__}`" + (f" (at `{path}`)" if path else "")
+    if getattr(config, "is_encoder_decoder", False):
+        if "decoder_input_ids" not in names:
+            return None
+        return (f"{what} is an encoder-decoder transformers model whose decoder self-attention is causal "
+                f"(`{owner}.is_causal`): it builds the decoder's causal mask itself", "decoder_input_ids")
+    return (f"{what} is a transformers model built causal (`{owner}.is_causal` is True): it builds its causal "
+            "mask itself", None)
 
 
 def _library_class(cls: type) -> bool:
@@ -111,14 +158,17 @@ def causality(case: Case, opts: Any = None) -> CheckResult:
         return CheckResult("causality", Status.SKIP,
                            "the layer does not claim causality (no causal tag, is_causal=True, causal mask or "
                            "causal attribute)")
-    details: Dict[str, Any] = {"claim": claim.reason, "mode": "eval", "dtype": "float64"}
+    exact = exact_dtype(case)  # float64, or float32 where a kernel refuses float64
+    details: Dict[str, Any] = {"claim": claim.reason, "mode": "eval", "dtype": str(exact.dtype).replace("torch.", "")}
+    if exact.fallback:
+        details["precision"] = exact.to_dict()
     names = {a.name for a in case.args}
     if claim.governs == "src" and "tgt" in names:
         return CheckResult("causality", Status.SKIP,
                            f"{claim.reason}: it makes the encoder causal, but the output reads the whole source "
                            "through cross-attention; pass tgt_mask to check the decoder's causality", details=details)
-    module = module_copy(case.module, torch.float64, train=False)
-    args = cast_args(case.args, torch.float64)
+    module = module_copy(case.module, exact.dtype, train=False)
+    args = cast_args(case.args, exact.dtype)
     T, seq = _sequences(module, args, claim)
     if not seq:
         return CheckResult("causality", Status.SKIP, f"{claim.reason}, but no sequence input with length ≥ 2 was found"
@@ -139,7 +189,8 @@ def causality(case: Case, opts: Any = None) -> CheckResult:
     if nonfinite:
         return _nonfinite_result(claim, args, path, nonfinite, details)
     gen = generator(case.seed, 7)
-    tol = 1e-9 * (float(y0.abs().max()) or 1.0)
+    precision = f"; {exact.note()}" if exact.fallback else ""
+    tol = exact.absolute + exact.relative * (float(y0.abs().max()) or 1.0)
 
     def moved(positions: Sequence[int], upto: int, only_at: bool = False) -> float:
         y = _run(module, args, seq, positions, gen)
@@ -157,17 +208,20 @@ def causality(case: Case, opts: Any = None) -> CheckResult:
             summary = (f"the output at position {t} changes when only inputs after {t} change: it sees {seen} "
                        f"(first leaking position t = {t}, max change {change:.3g})")
             if claim.from_attribute:  # an attribute is no promise that the module masks by itself: say what is seen
+                masks = [a.name for a in case.args if is_mask_name(a.name) and isinstance(a.value, Tensor)]
+                how = f"with {', '.join(repr(m) for m in masks)} passed" if masks else "called without a mask"
                 return CheckResult(
-                    "causality", Status.WARN, f"{claim.reason}, but called without a mask {summary}",
+                    "causality", Status.WARN, f"{claim.reason}, but {how} {summary}",
                     where=f"{path} position {t}", details=details,
                     hint="an is_causal attribute often only tells the attention kernel (SDPA) to mask; eager "
                          "attention (Hugging Face's included) relies on the causal mask its model builds: pass a "
                          "causal mask, or tag the layer causal if it must be causal on its own")
             return CheckResult(
-                "causality", Status.FAIL, summary,
-                where=f"{path} position {t}", hint=_leak_hint(claim, module, t, source, beyond), details=details)
+                "causality", Status.FAIL, summary + precision,
+                where=f"{path} position {t}", hint=_leak_hint(claim, module, t, source, beyond, case), details=details)
     return CheckResult("causality", Status.PASS,
-                       f"{claim.reason}: the output at every position t < {T} ignores inputs after t", details=details)
+                       f"{claim.reason}: the output at every position t < {T} ignores inputs after t" + precision,
+                       details=details)
 
 
 # -- the sequences and how they are changed -------------------------------------------------------------
@@ -270,8 +324,15 @@ def _mask_hint(claim: Claim, reading: str, blocked: Tensor) -> str:
     return (f"{claim.mask_name} is {tri.code()}; read as {reading}, {problem}. Use {mf.fix_for(tri, reading)}")
 
 
-def _leak_hint(claim: Claim, module: nn.Module, t: int, source: Optional[int], beyond: bool) -> str:
+def _leak_hint(claim: Claim, module: nn.Module, t: int, source: Optional[int], beyond: bool, case: Case) -> str:
     tri = claim.mask
+    passed = [a.name for a in case.args if is_mask_name(a.name) and isinstance(a.value, Tensor) and a.value.dim() >= 3]
+    if claim.built and tri is None and passed and source is not None:
+        shape = tuple(next(a.value for a in case.args if a.name == passed[0]).shape)
+        return (f"the {passed[0]!r} passed ({shape}) lets position {t} see position {source}: a (B, 1, T, T) "
+                "mask replaces the model's own causal mask, "
+                "so it must block every key after the query (built with torch.tril(ones(T, T)) for allowed keys, or "
+                "pass the 2-D (B, T) padding mask and let the model add the causal part)")
     if tri is not None and tri.encoding == "float01" and source is not None:
         if mf.reading_explains(tri.readings()[0][1], (t, source), []):  # what a mask that blocks nothing gives
             return (f"{claim.mask_name} is a float 0/1 mask ({tri.code()}): torch adds float masks to the scores, "

@@ -29,6 +29,7 @@ from layerlab.checks.case import (
     map_args, module_copy, randn_like, reference_copy, time_dim,
 )
 from layerlab.checks import mask_forms as mf
+from layerlab.checks.exact_dtype import ExactDtype, exact_dtype
 from layerlab.checks.report import CheckResult, Status
 
 SELF_MASKS = ("attn_mask", "src_mask", "tgt_mask", "mask")
@@ -45,8 +46,9 @@ def masks(case: Case, opts: Any = None) -> CheckResult:
     given = [a for a in case.args if is_mask_name(a.name) and isinstance(a.value, Tensor)]
     if not params and not given:
         return CheckResult("masks", Status.SKIP, "the layer takes no mask")
-    module = module_copy(case.module, torch.float64, train=False)
-    args = cast_args(case.args, torch.float64)
+    exact = exact_dtype(case)  # float64, or float32 where a kernel refuses float64
+    module = module_copy(case.module, exact.dtype, train=False)
+    args = cast_args(case.args, exact.dtype)
     geo = _geometry(case, module, args)
     findings: List[Tuple[Status, str, str, str]] = []  # (status, where, message, hint)
     details: Dict[str, Any] = {"mask_params": params, "given": {a.name: {"dtype": str(a.value.dtype).replace(
@@ -68,7 +70,7 @@ def masks(case: Case, opts: Any = None) -> CheckResult:
                          "keep at least one key per query row, or replace the NaN rows afterwards "
                          "(out.nan_to_num(0.0)); for padded queries mask their outputs instead"))
     findings.extend(probes.get("findings", []))
-    findings.extend(_padding_unused(module, args, details))
+    findings.extend(_padding_unused(module, args, details, exact))
     if not findings:
         parts = []
         if "float_blocks" in probes:
@@ -214,6 +216,7 @@ def _set_mask(args: Sequence[Arg], name: str, mask: Tensor) -> List[Arg]:
 
 def _probe(case: Case, module: nn.Module, args: Sequence[Arg], geo: Dict[str, Any], details: Dict[str, Any]):
     """Block the last key with each kind of mask and see whether the outputs ignore it."""
+    exact = exact_dtype(case)
     params = forward_params(module)
     name = next((n for n in SELF_MASKS if n in params), None)
     res: Dict[str, Any] = {"findings": []}
@@ -229,10 +232,10 @@ def _probe(case: Case, module: nn.Module, args: Sequence[Arg], geo: Dict[str, An
     col[:, S - 1] = True
     float_mask = torch.zeros(L, S, dtype=geo["q"].dtype, device=device).masked_fill(col, float("-inf"))
     try:
-        blocks_float = _blocks(module, base, name, float_mask, geo, gen)
-        blocks_true = _blocks(module, base, name, col, geo, gen)
-        blocks_false = _blocks(module, base, name, ~col, geo, gen)
-        unused = _same(module, base, name, col)
+        blocks_float = _blocks(module, base, name, float_mask, geo, gen, exact)
+        blocks_true = _blocks(module, base, name, col, geo, gen, exact)
+        blocks_false = _blocks(module, base, name, ~col, geo, gen, exact)
+        unused = _same(module, base, name, col, exact)
     except Exception as exc:  # the layer rejects the probe mask (shape conventions of its own)
         details["probe_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return res
@@ -259,10 +262,10 @@ def _probe(case: Case, module: nn.Module, args: Sequence[Arg], geo: Dict[str, An
                                 "use torch's convention: True = blocked (nn.MultiheadAttention)"))
     ref = case.reference
     if isinstance(ref, nn.Module) and name in forward_params(ref):
-        r = reference_copy(ref, torch.float64, False)
+        r = reference_copy(ref, exact.dtype, False)
         try:
-            ref_true = _blocks(r, base, name, col, geo, gen)
-            ref_false = _blocks(r, base, name, ~col, geo, gen)
+            ref_true = _blocks(r, base, name, col, geo, gen, exact)
+            ref_false = _blocks(r, base, name, ~col, geo, gen, exact)
         except Exception:
             return res
         ref_sem = ("True = blocked (nn.MultiheadAttention's convention)" if ref_true else
@@ -277,7 +280,7 @@ def _probe(case: Case, module: nn.Module, args: Sequence[Arg], geo: Dict[str, An
     return res
 
 
-def _padding_unused(module: nn.Module, args: Sequence[Arg], details: Dict[str, Any]):
+def _padding_unused(module: nn.Module, args: Sequence[Arg], details: Dict[str, Any], exact: ExactDtype):
     """A padding mask the layer never reads: pad one more real key (the last one of a sample with
     at least two) and see whether anything in the output moves. torch's ``key_padding_mask``
     convention (bool, True = pad) for names with "padding"; Hugging Face's ``attention_mask``
@@ -301,7 +304,7 @@ def _padding_unused(module: nn.Module, args: Sequence[Arg], details: Dict[str, A
         changed = m.clone()
         changed[b, j] = True if m.dtype == torch.bool and "padding" in low else 0
         try:
-            same = _same(module, list(args), a.name, changed)
+            same = _same(module, list(args), a.name, changed, exact)
         except Exception as exc:  # the layer refuses the probe: no verdict
             details.setdefault("padding_probe_error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
             continue
@@ -319,7 +322,7 @@ def _first(module: nn.Module, args: Sequence[Arg]) -> Tensor:
         return float_leaves(call(module, args))[0][1]
 
 
-def _blocks(module, base, name, mask, geo, gen) -> bool:
+def _blocks(module, base, name, mask, geo, gen, exact) -> bool:
     """Does ``mask`` (blocking key S−1 if it works as meant) make the outputs ignore key S−1?"""
     args = _set_mask(base, name, mask)
     y = _first(module, args)
@@ -341,10 +344,15 @@ def _blocks(module, base, name, mask, geo, gen) -> bool:
         return False
     a, b = y.narrow(td, 0, rows), y2.narrow(td, 0, rows)
     fin = torch.isfinite(a) & torch.isfinite(b)
-    return bool(((a - b).abs()[fin] <= 1e-9 * (1 + a.abs()[fin])).all())
+    if not exact.fallback:
+        return bool(((a - b).abs()[fin] <= 1e-9 * (1 + a.abs()[fin])).all())
+    return not bool(fin.any()) or not exact.exceeds(float((a - b).abs()[fin].max()), float(a.abs()[fin].max()))
 
 
-def _same(module, base, name, mask) -> bool:
+def _same(module, base, name, mask, exact: ExactDtype) -> bool:
     y0 = _first(module, base)
     y1 = _first(module, _set_mask(base, name, mask))
-    return bool(torch.allclose(y0, y1, rtol=0, atol=1e-12))
+    if not exact.fallback:
+        return bool(torch.allclose(y0, y1, rtol=0, atol=1e-12))
+    return y0.shape == y1.shape and not exact.exceeds(float((y0 - y1).abs().nan_to_num(nan=float("inf")).max()),
+                                                      float(y0.abs().nan_to_num(nan=0.0).max()))

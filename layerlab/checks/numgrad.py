@@ -48,6 +48,7 @@ from layerlab.checks.directional import (
     Progress, allowed as tolerance, analytical, count_nonfinite, direction, finite as _finite, functional, numerical,
     unit,
 )
+from layerlab.checks.exact_dtype import exact_dtype
 from layerlab.checks.kinks import describe as describe_kinks, off_kinks
 from layerlab.checks.magnitude import large_output
 from layerlab.checks.precision import IslandRecorder, summary as island_summary
@@ -103,8 +104,9 @@ def gradcheck(case: Case, opts: Optional[Any] = None, reseed: Optional[int] = No
     """Analytical gradients equal finite differences (float64) for every input and parameter (``reseed``: see train_mode)."""
     o = getattr(opts, "gradcheck", None) or GradcheckOptions()
     train = parity_mode(case) if reseed is None else None
-    module = module_copy(case.module, torch.float64, train)
-    args = cast_args(case.args, torch.float64)
+    exact = exact_dtype(case)  # float64, or float32 where a kernel refuses float64
+    module = module_copy(case.module, exact.dtype, train)
+    args = cast_args(case.args, exact.dtype)
     inputs = grad_inputs(args)
     params = [(n, p.detach()) for n, p in trainable(module)]
     names = [n for n, _ in inputs] + [n for n, _ in params]
@@ -124,6 +126,7 @@ def gradcheck(case: Case, opts: Optional[Any] = None, reseed: Optional[int] = No
     with IslandRecorder() as recorder:
         outs = f(*tensors)
     forward_s = time.perf_counter() - started
+    low = torch.float32 if exact.fallback else recorder.lowest  # the whole run is float32: step and tolerances follow
     out_paths = list(f.paths)  # type: ignore[attr-defined]
     if not outs:
         return CheckResult("gradcheck", Status.SKIP, "the layer has no floating output")
@@ -140,16 +143,17 @@ def gradcheck(case: Case, opts: Optional[Any] = None, reseed: Optional[int] = No
     custom = custom_function_leaves(outs, tensors)
     # each checked tensor costs two forwards (four with float32 islands: a second step size); the
     # seeded order is the same on every machine, so a faster one checks a superset, never others
-    per_tensor = (4 if recorder.lowest is not None else 2) * max(forward_s, 1e-6)
+    per_tensor = (4 if low is not None else 2) * max(forward_s, 1e-6)
     chosen = make_plan(kinds, numels, custom, o.budget, o.min_tensors, o.max_entries, gen,
                        max_tensors=int(o.seconds / per_tensor))
     checked = chosen.checked
-    eps, rtol = low_precision_tolerances(recorder.lowest, o)
+    eps, rtol = low_precision_tolerances(low, o)
     atol: Any = o.atol
     vs = [unit(y, gen) for y in outs]
     us = {i: direction(tensors[i], gen, chosen.max_entries) for i in checked}
     details: Dict[str, Any] = {
-        "dtype": "float64", "mode": mode_name(case, train), "eps": eps, "atol": atol, "rtol": rtol,
+        "dtype": str(exact.dtype).replace("torch.", ""), "mode": mode_name(case, train), "eps": eps, "atol": atol,
+        "rtol": rtol,
         "method": "fast (vᵀJu along random unit directions), one tensor at a time",
         "checked": [{"name": names[i], "kind": kinds[i], "numel": numels[i], "entries": us[i].entries}
                     for i in checked],
@@ -158,7 +162,9 @@ def gradcheck(case: Case, opts: Optional[Any] = None, reseed: Optional[int] = No
         "slow_cap": o.slow_cap,
         "coverage": describe_plan(chosen, names, numels),
     }
-    if recorder.lowest is not None:
+    if exact.fallback:
+        details["precision"] = exact.to_dict()
+    elif recorder.lowest is not None:
         details["low_precision"] = {"dtype": str(recorder.lowest).replace("torch.", ""),
                                     "ops": [i.to_dict() for i in recorder.islands], "more": recorder.more,
                                     "note": "these ops compute in lower precision inside the float64 run: the step "
@@ -188,17 +194,17 @@ def gradcheck(case: Case, opts: Optional[Any] = None, reseed: Optional[int] = No
     slow_path = has_inference_fast_path(module)
     num = numerical(f, tensors, us, vs, eps, checked, progress, names, as_with_grad=slow_path)
     num4 = None
-    if recorder.lowest is not None:  # the 4× step measures the rounding noise of the islands
+    if low is not None:  # the 4× step measures the rounding noise of the islands
         num4 = numerical(f, tensors, us, vs, 4 * eps, checked, progress, names, as_with_grad=slow_path)
-        details["atol"] = atol = _noise_floor(recorder.lowest, outs, eps)
+        details["atol"] = atol = _noise_floor(low, outs, eps, exact.rounding)
         details["tolerance"] = ("low precision: |analytical − numerical| ≤ atol + rtol·|numerical| + 4·|numerical(eps) − "
                                 "numerical(4·eps)| at both steps; atol = 0.1·(dtype resolution)·‖output‖/eps")
     rows = _rows(names, kinds, out_paths, checked, a, num, num4, us, vs, atol, rtol)
     details["pairs_checked"] = len(rows)
     # every failing (tensor, output) pair; when all pass, the one closest to its tolerance
     details["directional"] = [r for r in rows if not r["ok"]] or [max(rows, key=_margin)]
-    run = _Run(f, tensors, vs, names, kinds, chosen, recorder.lowest, island_summary(recorder.islands, recorder.more),
-               eps, o, us, outs, slow_path)
+    islands = exact.note() if exact.fallback else island_summary(recorder.islands, recorder.more)
+    run = _Run(f, tensors, vs, names, kinds, chosen, low, islands, eps, o, us, outs, slow_path, exact.fallback)
     return _verdict(run, rows, details)
 
 
@@ -219,6 +225,7 @@ class _Run:
     us: Dict[int, Any]
     outs: Sequence[Tensor]
     as_with_grad: bool = False
+    fallback: bool = False  # the whole run is float32: a kernel refuses float64 (``islands`` says which)
 
 
 def _verdict(run: _Run, rows: List[Dict[str, Any]], details: Dict[str, Any]) -> CheckResult:
@@ -229,6 +236,7 @@ def _verdict(run: _Run, rows: List[Dict[str, Any]], details: Dict[str, Any]) -> 
         what += f" (a sample of {len(run.names)} tensors, see details)"
     low = str(run.low).replace("torch.", "") if run.low is not None else None
     precision = ("float64, fast mode" if low is None else
+                 f"{run.islands}; step {eps:g}, rtol {details['rtol']:g}" if run.fallback else
                  f"float64 run, but part of the layer computes in {low} ({run.islands}): step {eps:g}, "
                  f"rtol {details['rtol']:g}, so only errors above {low} precision show")
     nonfinite = [r for r in rows if not _finite(r["numerical"])]
@@ -370,12 +378,13 @@ def _rows(names, kinds, out_paths, checked, a, num, num4, us, vs, atol, rtol) ->
     return rows
 
 
-def _noise_floor(dtype: torch.dtype, outs: Sequence[Tensor], eps: float) -> List[float]:
+def _noise_floor(dtype: torch.dtype, outs: Sequence[Tensor], eps: float, measured: float = 0.0) -> List[float]:
     """Per output: how much rounding to ``dtype`` can move ``⟨v, Δy⟩ / 2eps`` (``‖v‖ = 1``): a tenth of
     the dtype's resolution times ``‖y‖``, over the step (measured on Llama/T5 blocks: the noise
-    stays below it, a dropped term in a backward stays ten times above it)."""
-    resolution = torch.finfo(dtype).eps
-    return [0.1 * resolution * float(y.detach().norm()) / eps for y in outs]
+    stays below it, a dropped term in a backward stays ten times above it). A whole-float32 run
+    (:mod:`~layerlab.checks.exact_dtype`) passes its ``measured`` relative rounding, which wins when larger."""
+    resolution = max(0.1 * torch.finfo(dtype).eps, measured)
+    return [resolution * float(y.detach().norm()) / eps for y in outs]
 
 
 def _named(progress: Optional[Progress]) -> Optional[Progress]:

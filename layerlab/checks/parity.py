@@ -34,6 +34,7 @@ from layerlab.checks.case import (
 )
 from layerlab.checks.compare import Comparison, compare
 from layerlab.checks.divergence import buffer_differences, counterfactual, first_divergent_submodule, unwrap
+from layerlab.checks.exact_dtype import exact_dtype
 from layerlab.checks.patterns import Pattern, mismatch, pattern
 from layerlab.checks.precision import Islands
 from layerlab.checks.report import CheckResult, Status
@@ -104,9 +105,10 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
     if early:
         return early
     train = parity_mode(case)
-    dtypes = [torch.float64]
+    exact = exact_dtype(case)  # float64, or float32 where a kernel refuses float64
+    dtypes = [exact.dtype]
     udt = user_dtype(case)
-    if udt != torch.float64 and udt.is_floating_point:
+    if udt != exact.dtype and udt.is_floating_point:
         dtypes.append(udt)
     runs = []
     last: Tuple[Any, Any] = (None, None)
@@ -115,19 +117,23 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
         _, _, _, out_o, out_r, seen = _run_pair(case, dtype, train)
         if dtype == torch.float64:
             islands = seen
-        comps, structure_error = _compare_outputs(out_o, out_r, dtype, islands.tol if dtype == torch.float64 else None)
+        tol = (islands.tol if dtype == torch.float64 else None) if dtype != exact.dtype or not exact.fallback \
+            else exact.parity_tol(_scale(out_r))
+        comps, structure_error = _compare_outputs(out_o, out_r, dtype, tol)
         if structure_error:
             return CheckResult("forward_parity", Status.FAIL, structure_error, where="output",
                                hint="return what the reference returns, in the same order",
                                details={"dtype": short_dtype(dtype), "reference": case.reference_note})
         runs.append({"dtype": short_dtype(dtype), "comparisons": [c.to_dict() for c in comps],
                      "ok": all(c.ok for c in comps)})
-        if dtype == torch.float64:
+        if dtype == exact.dtype:
             last = (out_o, out_r)
             if not runs[-1]["ok"]:
                 break
     details: Dict[str, Any] = {"mode": mode_name(case, train), "runs": runs,
                                "reference": case.reference_note}
+    if exact.fallback:
+        details["precision"] = exact.to_dict()
     if islands.lowest is not None:
         details["low_precision"] = islands.to_dict()
     buffers = buffer_differences(case, train)
@@ -156,10 +162,18 @@ def forward_parity(case: Case, opts: Any = None) -> CheckResult:
                                where=mismatch.output, hint=mismatch.hint(), details=details)
         eval_only = " in eval mode (train mode draws random numbers; its averages agree or were not compared)"
     tolerance = f"; float64 {islands.note()}" if islands.lowest is not None else ""
+    if exact.fallback:
+        tolerance = f"; {exact.note()}"
     return CheckResult("forward_parity", Status.PASS,
                        f"{n} output(s) equal {_against(case)} in {' and '.join(r['dtype'] for r in runs)} "
                        f"(assert_close tolerances){eval_only}{tolerance}",
                        details=details)
+
+
+def _scale(out: Any) -> float:
+    """The largest magnitude among the floating tensors of ``out`` (tolerances of a float32 fallback scale with it)."""
+    values = [float(t.detach().abs().max()) for _, t in flatten(out) if t.is_floating_point() and t.numel()]
+    return max(values, default=1.0)
 
 
 def _against(case: Case) -> str:
@@ -252,7 +266,8 @@ def backward_parity(case: Case, opts: Any = None) -> CheckResult:
     if early:
         return early
     train = parity_mode(case)
-    ours, ref, args, out_o, out_r, islands = _run_pair(case, torch.float64, train, grad=True)
+    exact = exact_dtype(case)
+    ours, ref, args, out_o, out_r, islands = _run_pair(case, exact.dtype, train, grad=True)
     rtol, atol = islands.tol or (None, None)
     lo, lr = float_leaves(out_o), dict(float_leaves(out_r))
     gen = generator(case.seed, 3)
@@ -290,11 +305,13 @@ def backward_parity(case: Case, opts: Any = None) -> CheckResult:
     for (name, _, _, transpose), go, gr in zip(pairs, grads_o, grads_r):
         if transpose and gr is not None:
             gr = gr.t()
-        comps.append(compare(go, gr, f"grad {name}", dtype=torch.float64, rtol=rtol, atol=atol))
+        if exact.fallback:
+            rtol, atol = exact.parity_tol(_scale(gr))
+        comps.append(compare(go, gr, f"grad {name}", dtype=exact.dtype, rtol=rtol, atol=atol))
         rel[name] = _relative_error(go, gr)
         got[name] = (go, gr)
     bad = [c for c in comps if not c.ok and not (c.note == "neither has a value")]
-    details = {"mode": mode_name(case, train), "grad_outputs": used, "dtype": "float64",
+    details = {"mode": mode_name(case, train), "grad_outputs": used, "dtype": str(exact.dtype).replace("torch.", ""),
                "comparisons": [c.to_dict() for c in comps], "not_compared": not_compared,
                "reference": case.reference_note}
     if islands.lowest is not None:
@@ -307,6 +324,9 @@ def backward_parity(case: Case, opts: Any = None) -> CheckResult:
         summary += f", {islands.note()}"
     if not_compared:
         summary += f"; not compared (no counterpart): {', '.join(not_compared)}"
+    if exact.fallback:
+        details["precision"] = exact.to_dict()
+        summary += f"; {exact.note()}"
     return CheckResult("backward_parity", Status.PASS, summary, details=details)
 
 

@@ -32,6 +32,7 @@ from typing import Callable, List, Optional
 import torch
 
 from layerlab.checks.case import Case, call, cast_args, float_leaves, is_stochastic, module_copy
+from layerlab.checks.exact_dtype import exact_dtype
 from layerlab.checks.report import CheckResult, Status
 
 #: checks whose verdict does not rest on comparing two forwards
@@ -51,8 +52,9 @@ class Variation:
 
 def _variation(case: Case, train: Optional[bool]) -> Optional[Variation]:
     """How two float64 forwards in ``train`` (``None``: each submodule's own flag) differ."""
-    module = module_copy(case.module, torch.float64, train)
-    args = cast_args(case.args, torch.float64)
+    exact = exact_dtype(case)  # float64, or float32 where a kernel refuses float64
+    module = module_copy(case.module, exact.dtype, train)
+    args = cast_args(case.args, exact.dtype)
     mode = "train" if (case.module.training if train is None else train) else "eval"
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         first = float_leaves(call(module, args))
@@ -63,7 +65,8 @@ def _variation(case: Case, train: Optional[bool]) -> Optional[Variation]:
         if not a.numel():
             continue
         diff = float((a - b).abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max())
-        if diff > 1e-12 * (1.0 + float(a.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max())):
+        scale = 1.0 + float(a.abs().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).max())
+        if (exact.exceeds(diff, scale) if exact.fallback else diff > 1e-12 * scale):
             return Variation(path, diff, mode)
     return None
 

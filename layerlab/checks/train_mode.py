@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from layerlab.checks.case import Case, call, cast_args, float_leaves, module_copy, parity_mode, seed_for
+from layerlab.checks.exact_dtype import exact_dtype
 from layerlab.checks.report import CheckResult, Status
 
 #: the per-check salt of the seed the train-mode forwards are re-seeded with
@@ -53,8 +54,9 @@ def reseeded(f: Callable, seed: Optional[int]) -> Callable:
 def seed_drift(case: Case, seed: int) -> Optional[str]:
     """``None`` when two float64 train-mode forwards, each after ``torch.manual_seed(seed)``, are
     bitwise equal; otherwise where they differ (the randomness does not follow the global seed)."""
-    module = module_copy(case.module, torch.float64)
-    args = cast_args(case.args, torch.float64)
+    dtype = exact_dtype(case).dtype  # float64, or float32 where a kernel refuses float64
+    module = module_copy(case.module, dtype)
+    args = cast_args(case.args, dtype)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         outs = []
         for _ in range(2):

@@ -185,7 +185,8 @@ def test_gpt2_with_input_ids_is_checked_and_causal(tags):
     assert c.details["sequence_inputs"] == {"input_ids": 1} and c.details["length"] == 10
     assert c.details["token_vocab"] == {"input_ids": "embedding `wte` (100 ids)"}
     if not tags:
-        assert c.details["claim"] == "`h.0.attn.is_causal` is True"
+        # the attention's flag under a transformers model: the model builds the mask, so a leak would fail
+        assert c.details["claim"].startswith("`GPT2Model` is a transformers model built causal (`h.0.attn.is_causal`")
 
 
 class _ReadsBackwards(nn.Module):
