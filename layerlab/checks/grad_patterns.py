@@ -18,7 +18,7 @@ Legend: v the random output direction · J the Jacobian · N a size the ratio na
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -39,12 +39,13 @@ def _loss(f: Callable, args: Sequence[Tensor], vs: List[Tensor]) -> Tensor:
 
 
 def backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[str], failing: Sequence[str],
-                     seed: int = 0, eps: float = 1e-6) -> Optional[Tuple[str, str]]:
-    """``(what is seen, the fix)`` for the wrong gradients of ``failing``, or ``None``."""
+                     seed: int = 0, eps: float = 1e-6) -> Optional["Seen"]:
+    """What is seen in the wrong gradients of ``failing`` and the fix (a :class:`Seen`), or ``None``."""
     try:  # a refinement of a verdict already reached: if it cannot run, the plain verdict stands
-        return _backward_pattern(f, tensors, names, failing, seed, eps)
+        found = _backward_pattern(f, tensors, names, failing, seed, eps)
     except Exception:
         return None
+    return found if found is None or isinstance(found, Seen) else Seen(*found)
 
 
 def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[str], failing: Sequence[str],
@@ -61,7 +62,9 @@ def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[st
         live[i] = fixed[i].clone().requires_grad_(True)
     outs = _outputs(f(*live))
     loss = sum((o * v).sum() for o, v in zip(outs, vs))
-    grads = torch.autograd.grad(loss, [live[i] for i in index], allow_unused=True, retain_graph=True)
+    # no failing tensor on the graph at all (a stop-gradient on every path): autograd.grad would raise
+    grads = (torch.autograd.grad(loss, [live[i] for i in index], allow_unused=True, retain_graph=True)
+             if loss.requires_grad else (None,) * len(index))
     analytical = {i: (g if g is not None else torch.zeros_like(fixed[i])).detach() for i, g in zip(index, grads)}
     numerical = {}
     with torch.no_grad():
@@ -78,7 +81,7 @@ def _backward_pattern(f: Callable, tensors: Sequence[Tensor], names: Sequence[st
             numerical[i] = num.reshape(fixed[i].shape)
     unreached = [i for i, g in zip(index, grads) if g is None and bool(numerical[i].abs().max() > 0)]
     if unreached:
-        return _no_gradient(outs, live, names, unreached)
+        return _no_gradient(outs, live, names, unreached, every=len(unreached) == len(index))
     close = lambda a, b: a.shape == b.shape and not mismatch(a, b, rtol=1e-5, atol=1e-6 * (1 + float(b.abs().max()))).any()  # noqa: E731
     for a in index:
         for b in index:
@@ -126,8 +129,18 @@ def custom_function_inputs(roots: Sequence[Any], wanted: Dict[int, str]) -> Dict
     return found
 
 
+class Seen(NamedTuple):
+    """What :func:`backward_pattern` saw, and the fix. ``stop_gradient``: every failing tensor is cut
+    off the graph by a ``.detach()``/``.data``/``no_grad`` in the forward (no custom Function is
+    involved), which a target network or an EMA teacher does on purpose, so it is no verdict."""
+
+    seen: str
+    fix: str
+    stop_gradient: bool = False
+
+
 def _no_gradient(outs: Sequence[Tensor], live: Sequence[Tensor], names: Sequence[str],
-                 unreached: Sequence[int]) -> Tuple[str, str]:
+                 unreached: Sequence[int], every: bool) -> Seen:
     """The output depends on these tensors (finite differences move), yet autograd gives them no
     gradient at all: name the custom autograd.Function that receives them and returns None."""
     wanted = {id(live[i]): names[i] for i in unreached}
@@ -135,9 +148,11 @@ def _no_gradient(outs: Sequence[Tensor], live: Sequence[Tensor], names: Sequence
     listed = ", ".join(names[i] for i in unreached)
     if owners:
         fns = ", ".join(sorted(set(owners.values())))
-        return (f"{listed} gets no gradient at all (None), though the output depends on it: the custom "
-                f"autograd.Function {fns} receives it and its backward returns None in its slot",
-                f"check the ctx.needs_input_grad index that gates {listed}'s gradient in {fns}.backward (index i "
-                "is the forward's i-th input) and the order of the returned gradients")
-    return (f"{listed} gets no gradient at all (None), though the output depends on it",
-            f"a .detach(), .data or torch.no_grad() cuts {listed} off the graph while the forward still uses it")
+        return Seen(f"{listed} gets no gradient at all (None), though the output depends on it: the custom "
+                    f"autograd.Function {fns} receives it and its backward returns None in its slot",
+                    f"check the ctx.needs_input_grad index that gates {listed}'s gradient in {fns}.backward "
+                    "(index i is the forward's i-th input) and the order of the returned gradients")
+    return Seen(f"{listed} gets no gradient at all (None), though the output depends on it",
+                f"a .detach(), .data or torch.no_grad() cuts {listed} off the graph while the forward still uses "
+                "it: expected for a stop-gradient by design (a target network, an EMA teacher), the bug "
+                "otherwise", stop_gradient=every)

@@ -303,7 +303,12 @@ def _verdict(run: _Run, rows: List[Dict[str, Any]], details: Dict[str, Any]) -> 
 
         found = backward_pattern(run.f, run.tensors, run.names, failing, eps=run.eps)
         if found:
-            summary, hint = summary + f"; {found[0]}", found[1]
+            summary, hint = summary + f"; {found.seen}", found.fix
+        if found and found.stop_gradient:  # deliberate or not, only the author knows: no verdict
+            return CheckResult("gradcheck", Status.WARN,
+                               f"cannot judge {listed}: {found.seen} (d{worst['output']}/d{worst['tensor']} along a "
+                               f"random direction: numerical {worst['numerical']:.6g}, autograd none)",
+                               where=listed, hint=found.fix, details=details)
     elif slow and all(s.get("ran") and s.get("passed") for s in slow):
         return CheckResult("gradcheck", Status.WARN, summary + "; but slow mode (element by element) passes",
                            where=listed, hint="a borderline tolerance or a non-smooth point (ReLU kink, max tie)",
