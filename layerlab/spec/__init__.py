@@ -9,15 +9,18 @@ Everything is checked before anything is built: YAML syntax (line and column), k
 names and constructor arguments (did-you-mean), value types, inputs against ``forward``, and the
 limits of :mod:`layerlab.spec.limits` (file size, aliases, nesting, ``repeat:``, sizes, memory).
 Errors are :class:`~layerlab.errors.SpecError` (exit 2) naming ``file:line:col``; whatever they
-echo from the spec is made terminal-safe. Reading a spec never
-runs code: layers given as import paths need ``allow_import=True`` (``--allow-import``), except
-paths into torch and layerlab themselves; third-party packages (``transformers``) need it too.
+echo from the spec is made terminal-safe. Reading and building a spec never
+runs code it chooses: without ``allow_import=True`` (``--allow-import``) an import path may name
+only the model classes, config classes and vetted factories of torch, torchvision, transformers,
+timm and layerlab, found without calling anything, and arguments that would make them fetch or run
+code are refused (:mod:`~layerlab.spec.allowlist`); anything else — the user's own files included —
+needs the flag.
 
 What a spec can say beyond ``layer:`` + ``args:`` (details in the modules named):
 
 * ``build: ./models.py:make_model`` (same as ``layer:``): a factory — any callable returning an
-  ``nn.Module``, e.g. ``torchvision.models:resnet18`` or ``transformers:AutoModel.from_config``
-  (:mod:`~layerlab.spec.resolve`);
+  ``nn.Module`` with the flag; without it a vetted one, e.g. ``torchvision.models:resnet18`` or
+  ``transformers:AutoModel.from_config`` (:mod:`~layerlab.spec.resolve`);
 * an argument ``{class: transformers:GPT2Config, args: {n_layer: 2}}`` is built first, recursively
   (:mod:`~layerlab.spec.objects`);
 * inputs ``{value: [[1, 0]]}``, ``{file: ids.npy}``, ``{padding_mask: {lengths: [7, 5], convention:

@@ -172,15 +172,20 @@ def parse_yaml(text: str, filename: str = "<spec>") -> Tuple[Any, Marks]:
         data = loader.construct_document(node)
     except yaml.reader.ReaderError as exc:
         raise _bad_character(text, filename, exc.position) from None
-    except yaml.MarkedYAMLError as exc:
+    except yaml.constructor.ConstructorError as exc:
+        if "could not determine a constructor for the tag" not in str(exc.problem):
+            raise _syntax_error(exc, filename) from None
         mark = exc.problem_mark or exc.context_mark
-        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        problem = exc.problem or "invalid YAML"
-        context = f" ({exc.context})" if exc.context else ""
+        tag = str(exc.problem).rpartition("tag ")[2].strip("'").replace("tag:yaml.org,2002:", "!!")
         raise SpecError(
-            f"YAML syntax error: {problem}{context}", where=where,
-            hint="check indentation, colons and brackets around this position",
+            f"the YAML tag {limits.clean_text(tag, 120)} is refused: a spec is plain data, read with yaml.safe_load, "
+            "and a tag that builds a Python object would run code",
+            where=f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename, got=limits.clean_text(tag, 120),
+            hint="write the value itself (a number, a string, a list, a mapping); name a layer with layer: "
+                 "(a class from your own file needs --allow-import)",
         ) from None
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, filename) from None
     except yaml.YAMLError as exc:
         raise SpecError(f"YAML error: {exc}", where=filename) from None
     except RecursionError:  # the limits above should make this unreachable; never a traceback
@@ -190,6 +195,15 @@ def parse_yaml(text: str, filename: str = "<spec>") -> Tuple[Any, Marks]:
         if loader is not None:
             loader.dispose()
     return data, Marks(filename, table)
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, filename: str) -> SpecError:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+    problem = exc.problem or "invalid YAML"
+    context = f" ({exc.context})" if exc.context else ""
+    return SpecError(f"YAML syntax error: {problem}{context}", where=where,
+                     hint="check indentation, colons and brackets around this position")
 
 
 def _bad_character(text: str, filename: str, position: int) -> SpecError:

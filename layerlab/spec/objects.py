@@ -7,7 +7,9 @@ An argument written as a mapping with a ``class:`` key is built before the call 
       config: {class: transformers:GPT2Config, args: {n_layer: 2, n_embd: 32, n_head: 2}}
 
 ``class:`` names a class or any callable (resolved like a layer name: import paths need
-``--allow-import`` unless they point into torch or layerlab); its ``args:`` (a mapping, a list or
+``--allow-import``, except the model and config classes, vetted factories and ``torch.nn.functional``
+functions that :mod:`layerlab.spec.allowlist` accepts — an argument is data, and a class-valued one
+follows the same rule as the layer); its ``args:`` (a mapping, a list or
 one value) are checked against its signature as a layer's are, and may hold objects again (built
 innermost first). Any other mapping is passed as a plain ``dict``. Objects are built each time the
 model is, under the spec's seed (and on the meta device for a meta build).

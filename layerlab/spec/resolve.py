@@ -3,13 +3,15 @@
 A name is looked up in this order:
 
 1. ``nn.X`` / ``torch.nn.X``: that torch.nn class;
-2. an import path (``my_layers:Gate``, ``pkg.mod.Gate``, ``./file.py:Gate``): the user's own
-   module — imported only with ``allow_import`` (``--allow-import``), since importing runs code.
-   Paths into ``torch`` and ``layerlab`` themselves (``torch.nn.utils.parametrizations:weight_norm``)
-   need no flag: that code is already loaded. Every other package — ``transformers`` and
-   ``torchvision`` included — is code the spec asks to run, so it needs the flag too.
-   The path may name an ``nn.Module`` class or a *factory*: any other callable (a function, a
-   classmethod such as ``transformers:AutoModel.from_config``) whose result must be an
+2. an import path (``my_layers:Gate``, ``pkg.mod.Gate``, ``./file.py:Gate``). Without
+   ``allow_import`` (``--allow-import``) only paths into torch, torchvision, transformers, timm and
+   layerlab resolve, and only to what :mod:`layerlab.spec.allowlist` accepts: an ``nn.Module``
+   class of their model code, a Hugging Face config class (as a ``{class: …}`` argument), or a
+   vetted factory such as ``torch.nn.utils.parametrizations:weight_norm`` or
+   ``transformers:AutoModel.from_config`` — found by walking the path without calling anything,
+   so ``torch:os.system``, ``torch:load`` or ``torch.hub:load`` are refused before they run. Any
+   other path is the user's own code: importing it runs it, so it needs the flag. With the flag
+   the path may name an ``nn.Module`` class or any *factory*: a callable whose result must be an
    ``nn.Module`` (checked when it is built: :func:`layerlab.spec.build.build`);
 3. a torch.nn class name as torch spells it (``Conv2d``, ``GRU``, ``TransformerEncoderLayer``);
 4. a layerlab registry name (``conv2d``, ``multihead_attention``; case, ``-`` and ``_`` ignored):
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from layerlab.errors import SpecError
+from layerlab.spec import allowlist
 
 
 @dataclass(frozen=True)
@@ -67,20 +70,19 @@ def is_import_path(name: str) -> bool:
     return ":" in stripped or "." in stripped
 
 
-#: import paths into these packages need no ``allow_import``: their code is layerlab's own or torch's
-TRUSTED_PACKAGES = ("torch", "layerlab")
-
-
-def _module_part(text: str) -> str:
-    return text.partition(":")[0] if ":" in text else text.rpartition(".")[0]
+#: packages whose model classes and vetted factories need no ``allow_import`` (see :mod:`layerlab.spec.allowlist`)
+TRUSTED_PACKAGES = allowlist.ML_PACKAGES
 
 
 def is_trusted(text: str) -> bool:
-    """Does the import path ``text`` point into torch or layerlab (no ``--allow-import`` needed)?"""
-    module = _module_part(text.strip())
-    if module.endswith(".py") or not all(part.isidentifier() for part in module.split(".")):
-        return False  # a file (./torch.py) is the user's code, whatever its name
-    return any(module == p or module.startswith(p + ".") for p in TRUSTED_PACKAGES)
+    """May a spec name ``text`` without ``--allow-import``? Only what :mod:`~layerlab.spec.allowlist`
+    accepts as a callable (a model or config class, a vetted factory, a torch.nn.functional function);
+    nothing is called to decide, and a path into anything else (``torch:os.system``) is not trusted."""
+    try:
+        allowlist.resolve(str(text), where="", what="name", callable_ok=True)
+    except Exception:  # refused, not ours, missing, or broken: not trusted
+        return False
+    return True
 
 
 def resolve_layer(name: str, *, where: str, allow_import: bool = False, base_dir: Optional[str] = None) -> Resolved:
@@ -89,15 +91,15 @@ def resolve_layer(name: str, *, where: str, allow_import: bool = False, base_dir
 
     text = str(name).strip()
     torch_table = _torch_modules()
-    if ":" in text and is_trusted(text):  # torch.nn.utils.parametrizations:weight_norm
-        return _import(text, where=where, allow_import=True, base_dir=base_dir)
+    if ":" in text and allowlist.is_ml_path(text):  # torch.nn.utils.parametrizations:weight_norm
+        return _import_path(text, where=where, allow_import=allow_import, base_dir=base_dir)
     if text.startswith(("torch.nn.", "nn.")):
         attr = text.split(".")[-1]
         if attr in torch_table:
             return Resolved(torch_table[attr], "torch", f"nn.{attr}")
         _unknown(text, where, torch_table, registry.names())
     if is_import_path(text):
-        return _import(text, where=where, allow_import=allow_import or is_trusted(text), base_dir=base_dir)
+        return _import_path(text, where=where, allow_import=allow_import, base_dir=base_dir)
     if text in torch_table:
         return Resolved(torch_table[text], "torch", f"nn.{text}")
     entry = registry.find(text)
@@ -127,6 +129,19 @@ def _unknown(text: str, where: str, torch_table: Dict[str, type], registry_names
     )
 
 
+def _import_path(text: str, *, where: str, allow_import: bool, base_dir: Optional[str],
+                 any_callable: bool = False) -> Resolved:
+    """An import path: anything with ``allow_import``; without it, what the allow-list accepts."""
+    if allow_import:
+        return _import(text, where=where, allow_import=True, base_dir=base_dir, any_callable=any_callable)
+    what = "class" if any_callable else "layer"
+    try:
+        allowed = allowlist.resolve(text, where=where, what=what, callable_ok=any_callable, base_dir=base_dir)
+    except allowlist.NotOurs:  # the user's own code (or another package): refused below
+        return _import(text, where=where, allow_import=False, base_dir=base_dir, any_callable=any_callable)
+    return Resolved(allowed.obj, "import", text, factory=not isinstance(allowed.obj, type))
+
+
 def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str],
             any_callable: bool = False) -> Resolved:
     if not allow_import:
@@ -134,7 +149,9 @@ def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str
             f"{'class' if any_callable else 'layer'} {text!r} is an import path: importing it runs its code, and a spec file never does "
             "that by itself",
             where=where,
-            hint="pass --allow-import if you trust this code (layerlab.load_spec(..., allow_import=True) in Python)",
+            hint="pass --allow-import if you trust this file (layerlab.load_spec(..., allow_import=True) in Python); "
+                 "without it, paths into torch, transformers, timm, torchvision and layerlab may name their model "
+                 "classes and vetted factories",
         )
     module_part, sep, attr = text.partition(":") if ":" in text else text.rpartition(".")
     if not attr:
@@ -183,13 +200,13 @@ def _import(text: str, *, where: str, allow_import: bool, base_dir: Optional[str
 def resolve_callable(name: str, *, where: str, allow_import: bool = False, base_dir: Optional[str] = None) -> Resolved:
     """What a ``{class: …}`` argument names: any class or callable by import path, else a layer name.
 
-    Unlike :func:`resolve_layer`, an import path may name any class (``transformers:GPT2Config``);
-    the same ``allow_import`` rule applies.
+    Unlike :func:`resolve_layer`, an import path may name any class (``transformers:GPT2Config``) with
+    ``allow_import``; without it, a model or config class, a vetted factory or a ``torch.nn.functional``
+    function (:mod:`layerlab.spec.allowlist`).
     """
     text = str(name).strip()
-    if (is_import_path(text) and not text.startswith(("nn.", "torch."))) or (":" in text and is_trusted(text)):
-        return _import(text, where=where, allow_import=allow_import or is_trusted(text), base_dir=base_dir,
-                       any_callable=True)
+    if (is_import_path(text) and not text.startswith(("nn.", "torch."))) or (":" in text and allowlist.is_ml_path(text)):
+        return _import_path(text, where=where, allow_import=allow_import, base_dir=base_dir, any_callable=True)
     return resolve_layer(text, where=where, allow_import=allow_import, base_dir=base_dir)
 
 

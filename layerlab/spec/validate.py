@@ -1,7 +1,9 @@
 """Loaded YAML data → a checked :class:`Spec`, before anything is built or run.
 
 Checks, each a :class:`SpecError` (exit 2) with ``file:line:col``: the keys at every level (with
-did-you-mean), the layer names (resolved to classes; import paths only with ``allow_import``),
+did-you-mean), the layer names (resolved to classes; import paths only with ``allow_import``,
+or what :mod:`~layerlab.spec.allowlist` accepts without it, arguments that would make such a
+builder load code or files refused),
 constructor arguments (names, required ones, plain types), the inputs, and that the inputs fit
 the model's ``forward``.
 """
@@ -205,6 +207,11 @@ def resolve_all(node: Union[LayerNode, BlockNode], marks: Marks, *, allow_import
     else:
         from layerlab.spec.objects import parse_objects
 
+        if not allow_import:  # data that would make a vetted builder load code or files
+            from layerlab.spec.argument_safety import check_arguments
+
+            check_arguments(node.args, node.kwargs, marks, node.path,
+                            factory=node.resolved.name if node.resolved.kind == "import" else "")
         node.args = [parse_objects(a, marks, node.path + (i,), allow_import=allow_import, base_dir=base_dir)
                      for i, a in enumerate(node.args)]
         node.kwargs = {k: parse_objects(a, marks, node.path + (k,), allow_import=allow_import, base_dir=base_dir)
