@@ -29,6 +29,7 @@ _LAZY = {
     "render_html": "layerlab.report_render:render_html",
     "diff": "layerlab.report_diff:diff",
     "manifest": "layerlab.run_manifest:manifest",
+    "time_limit": "layerlab.target.entry:time_limit",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -90,9 +90,9 @@ def renderables(report: Any, *, depth: Optional[int] = None, wide: bool = False,
 
 
 def _console(width: int, color: bool, record: bool = False):
-    from rich.console import Console
+    from layerlab.text_safety import safe_console_class
 
-    return Console(width=width, record=record, highlight=False, soft_wrap=False, force_terminal=color,
+    return safe_console_class()(width=width, record=record, highlight=False, soft_wrap=False, force_terminal=color,
                    color_system="truecolor" if color else None, force_jupyter=False, file=_Null())
 
 

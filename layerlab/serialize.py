@@ -3,6 +3,12 @@
 One place decides how results look in JSON, so every command's ``--json`` follows the same rules:
 dataclasses become objects (field order kept), tuples become lists, enums their value, and
 non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has no literal for them).
+
+:func:`dumps` is where a JSON document leaves layerlab: every string in it (keys included) passes
+through :func:`layerlab.text_safety.clean_json`, so a module name, an exception message or a file
+name from untrusted code reaches a JSON consumer with its control characters, bidi marks and lone
+surrogates shown as escapes and cut to a bounded length (``to_jsonable`` itself keeps the text as it
+is, for code that compares values).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import dataclasses
 import enum
 import json
 import math
-from typing import Any
+from typing import Any, Optional
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -42,6 +48,10 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def dumps(obj: Any) -> str:
-    """Serialise ``obj`` with :func:`to_jsonable`, indented, keys in their natural order."""
-    return json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False)
+def dumps(obj: Any, indent: Optional[int] = 2) -> str:
+    """Serialise ``obj`` with :func:`to_jsonable`, its text made safe to show
+    (:func:`~layerlab.text_safety.clean_json`), indented (``indent=None``: one line), keys in their
+    natural order."""
+    from layerlab.text_safety import clean_json
+
+    return json.dumps(clean_json(to_jsonable(obj)), indent=indent, ensure_ascii=False)

@@ -33,6 +33,7 @@ from layerlab.target.bind import describe as _describe  # what an input is, show
 from layerlab.checks.case import ComplexState
 from layerlab.checks.report import CheckResult, Status, VerifyReport
 from layerlab.errors import UsageError, debug_enabled
+from layerlab.target.entry import entry_point
 
 __all__ = ["verify", "run_checks", "VerifyOptions", "CHECK_NAMES", "DEEP_CHECK_NAMES"]
 
@@ -111,6 +112,7 @@ class VerifyOptions:
         return names
 
 
+@entry_point("gradcheck")
 def verify(
     module: Any,
     *inputs: Any,

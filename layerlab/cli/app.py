@@ -59,7 +59,7 @@ def _root(
 
 
 def _register(name: str, command, no_args_is_help: bool = True) -> None:
-    app.command(name, help=reflow(command.__doc__), no_args_is_help=no_args_is_help)(guarded(command))
+    app.command(name, help=reflow(command.__doc__), no_args_is_help=no_args_is_help)(guarded(command, name))
 
 
 _register("explain-shape", explain_shape.command, no_args_is_help=False)
@@ -78,6 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI and return its exit code (the console script's entry point)."""
     args = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in args
+    _never_raise_on_encoding()
     from layerlab.run_manifest import begin_run
 
     begin_run(args)  # the --json manifest records this command line (and no earlier command's target)
@@ -92,12 +93,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             param = getattr(exc, "param", None)  # a bad value: name its option, as layerlab's own errors do
             where = param.opts[0] if param is not None and getattr(param, "opts", None) else None
             return report(UsageError(exc.format_message(), where=where), json_mode)
+        from layerlab.text_safety import clean
+
+        message = exc.format_message()  # it quotes the command line: a file name may hold ESC sequences
+        exc.format_message = lambda: clean(message)
         exc.show()
         return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
         return report(Interrupted("interrupted (Ctrl-C)"), json_mode)
     except BrokenPipeError:
         return broken_pipe()
+    except OSError as exc:  # the help to a full disk (> /dev/full): one line, exit 1
+        from layerlab.cli.output import stdout_failed
+
+        code = stdout_failed(exc)
+        if code is None:
+            raise
+        return code
     except SystemExit as exc:
         # a closed stdout while the help is printed (``layerlab --help | head``): Rich's console (and
         # click, for plain output) answers the BrokenPipeError with SystemExit(1); it is a broken pipe
@@ -105,6 +117,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             return broken_pipe()
         raise
     return rv if isinstance(rv, int) else 0
+
+
+def _never_raise_on_encoding() -> None:
+    """A character stdout/stderr's encoding cannot show (``LANG=C``, ``PYTHONIOENCODING=ascii``) is
+    written as its ``\\u`` escape rather than ending the run in a ``UnicodeEncodeError``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a TextIOWrapper (a test's capture)
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,10 @@ parsing around it through :func:`report`, so the same rules hold for every comma
 * a :class:`~layerlab.errors.LayerlabError` → one message on stderr (one JSON object under
   ``--json``) and its exit code: 2 bad usage or input, 1 a check failed; ``LAYERLAB_DEBUG=1``
   prints its traceback first;
-* Ctrl-C → :class:`~layerlab.errors.Interrupted`, exit 130;
+* Ctrl-C → :class:`~layerlab.errors.Interrupted`, exit 130; the model's own ``sys.exit`` or
+  ``KeyboardInterrupt``, and ``--timeout`` (every command has it), → exit 1 naming where
+  (:mod:`layerlab.faults` tells a real Ctrl-C apart by the signal);
+* stdout that cannot be written (``> /dev/full``) → one line on stderr, exit 1;
 * stdout closed by its reader (``layerlab … | head``) → no message, exit 141 (128 + SIGPIPE, what
   a shell reports for a Unix tool that SIGPIPE ended); stdout is pointed at ``/dev/null`` so the
   interpreter's last flush cannot fail again;
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
 import warnings
@@ -36,26 +40,50 @@ from layerlab.errors import EXIT_BROKEN_PIPE, Interrupted, LayerlabError
 MAX_WARNINGS = 20
 
 
-def guarded(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a typer command in the boundary (the signature stays the command's: typer reads it)."""
+def guarded(command: Callable[..., Any], name: str = "") -> Callable[..., Any]:
+    """Wrap a typer command in the boundary (the signature stays the command's: typer reads it), and
+    give it ``--timeout SECONDS`` unless it has its own (ddp-check's is the collectives' timeout):
+    the command runs under :func:`layerlab.faults.run_guard` (see :func:`with_timeout`)."""
+    own_timeout = "timeout" in inspect.signature(command).parameters
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        code = call(lambda: command(*args, **kwargs), json_mode=bool(kwargs.get("json")))
+        timeout = None if own_timeout else kwargs.pop("timeout", None)
+        code = call(lambda: command(*args, **kwargs), json_mode=bool(kwargs.get("json")), command=name,
+                    timeout=timeout)
         if code:
             raise typer.Exit(code)
         return 0
 
+    if not own_timeout:
+        with_timeout(run, command)
     return run
 
 
-def call(fn: Callable[[], Any], *, json_mode: bool) -> int:
-    """Run ``fn`` inside the boundary; return its exit code (an ``int`` result, else 0)."""
+def with_timeout(run: Callable[..., Any], command: Callable[..., Any]) -> None:
+    """Add the shared ``--timeout`` option to ``run``'s signature (typer reads ``__signature__``)."""
+    from layerlab.cli.options import RunTimeoutOpt
+
+    sig = inspect.signature(command, eval_str=True)  # the Annotated options as objects, as typer reads them
+    extra = inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=RunTimeoutOpt)
+    run.__signature__ = sig.replace(parameters=[*sig.parameters.values(), extra])
+    run.__annotations__ = {**getattr(command, "__annotations__", {}), "timeout": RunTimeoutOpt}
+
+
+def call(fn: Callable[[], Any], *, json_mode: bool, command: str = "", timeout: Optional[float] = None) -> int:
+    """Run ``fn`` inside the boundary; return its exit code (an ``int`` result, else 0).
+
+    The model's ``sys.exit`` / ``KeyboardInterrupt`` and ``--timeout`` are told apart from a real
+    Ctrl-C by :func:`layerlab.faults.run_guard` (exit 1; Ctrl-C 130)."""
+    from layerlab.cli.output import stdout_failed, streams
+    from layerlab.faults import run_guard
+
     error: Optional[LayerlabError] = None
     try:
-        with json_warnings(json_mode):
+        with json_warnings(json_mode), streams(json_mode):  # under --json the model's prints go to stderr
             try:
-                rv = fn()
+                with run_guard(command or "the command", timeout, hard_exit=True):
+                    rv = fn()
                 return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
             except LayerlabError as exc:
                 error = exc
@@ -63,6 +91,11 @@ def call(fn: Callable[[], Any], *, json_mode: bool) -> int:
                 error = Interrupted("interrupted (Ctrl-C)")
     except BrokenPipeError:
         return broken_pipe()
+    except OSError as exc:  # stdout to a full disk (> /dev/full): one line, exit 1
+        code = stdout_failed(exc)
+        if code is None:
+            raise
+        return code
     return report(error, json_mode)
 
 

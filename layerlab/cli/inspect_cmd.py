@@ -14,8 +14,8 @@ import typer
 from typing import Annotated
 
 from layerlab.cli import inspect_plot
-from layerlab.cli.options import (AllowImportOpt, DeviceOpt, DtypeOpt, InputShapeOpt, JsonOpt, ModeOpt, SeedOpt,
-                                  overrides)
+from layerlab.cli.options import (AllowImportOpt, DeviceOpt, DtypeOpt, ForceOpt, InputShapeOpt, JsonOpt, ModeOpt,
+                                  SeedOpt, overrides)
 from layerlab.errors import CheckFailed
 
 SpecArg = Annotated[str, typer.Argument(
@@ -62,6 +62,7 @@ def command(
     json: JsonOpt = False,
     svg: SvgOpt = None,
     html: HtmlOpt = None,
+    force: ForceOpt = False,
     allow_import: AllowImportOpt = False,
     probe: ProbeOpt = None,
     meta: Annotated[bool, typer.Option(
@@ -93,7 +94,11 @@ def command(
     inspect_plot.check(plot, plot_histograms, compare, meta)  # before the run, like --svg/--html
     options = overrides(device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape,
                         backward=None if backward else False, meta=meta)  # --meta: built without weights
+    outputs = [("--svg", None if json else svg), ("--html", None if json else html), ("--plot", plot),
+               ("--plot-histograms", plot_histograms)]
+    _check_outputs(outputs, spec, compare, None, force)  # before the model is built (and runs)
     target = resolve(spec, options=options, allow_import=allow_import, reference=False)
+    _check_outputs(outputs, spec, compare, target, force)  # and its source files, now known
     from layerlab.arguments import check_not_meta
 
     if not meta:  # --meta runs on meta twins of the model on purpose
@@ -111,7 +116,7 @@ def command(
     out = Output(json_mode=json, record=bool(svg or html))
     compared = inspect_plot.run_compare(other, compare, ops, fix, out) if other is not None else None
     pictures = inspect_plot.draw(report, inspect_plot.label_of(target, spec), plot, plot_histograms, compared, out,
-                                 inline=bool(html) and not json)
+                                 inline=bool(html) and not json, force=force)
     if json:
         out.json(report)
     else:
@@ -135,17 +140,31 @@ def command(
             out.show(memory_table(report, depth))
         if svg:
             console.width = widest  # the SVG is as wide as its widest line
-            out.save_svg(str(svg), title=f"layerlab inspect {spec}")
+            out.save_svg(str(svg), title=f"layerlab inspect {spec}", force=force)
             console.width = normal
         if html:
-            out.save_html(str(html))
-            inspect_plot.embed(html, pictures)
+            out.save_html(str(html), force=force)
+            inspect_plot.embed(html, pictures, force=force)
     if json and (svg or html):
         out.warn("--svg/--html save the human view; with --json nothing was drawn, so nothing was saved")
     if not report.ok:
         out.error(_verdict(report))
         return 1
     return 0
+
+
+def _check_outputs(outputs: list, spec: str, compare: Optional[str], target, force: bool) -> None:
+    """Before the run: no output over an input (the spec, --compare's, the model's source files once
+    ``target`` is built), no two outputs with one path, no symbolic link unless --force
+    (layerlab.output_files)."""
+    import os
+
+    from layerlab.output_files import check_outputs, source_files
+
+    inputs = [p for p in (spec, compare) if p and os.path.isfile(p)]
+    if target is not None:
+        inputs += source_files(target.module.modules())
+    check_outputs(outputs, inputs, force=force)
 
 
 def _probes(target, option, allow_import: bool, steps: bool, histograms) -> Optional[list]:

@@ -13,6 +13,7 @@ is refused before anything runs, as a usage error (exit 2).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
@@ -103,7 +104,7 @@ def run_compare(target: Any, compare: str, ops: bool, fix: bool, out: Any) -> Tu
 
 
 def draw(report: Any, label: str, plot: Optional[Path], histograms: Optional[Path],
-         compared: Optional[Tuple[str, Any]], out: Any, inline: bool) -> List[str]:
+         compared: Optional[Tuple[str, Any]], out: Any, inline: bool, force: bool = False) -> List[str]:
     """Save the pictures asked for; return them as SVG text when ``inline`` (for ``--html``).
 
     When the model raised, a picture that cannot be drawn becomes a warning: the failure is the
@@ -133,17 +134,20 @@ def draw(report: Any, label: str, plot: Optional[Path], histograms: Optional[Pat
                 raise
             out.warn(f"{flag}: {exc.message}; no picture saved")
             continue
-        backend.save(figure, path, flag)
+        backend.save(figure, path, flag, force=force)
         if inline:
             svgs.append(backend.svg_text(figure))
     return svgs
 
 
-def embed(html_path: Path, svgs: List[str]) -> None:
+def embed(html_path: Path, svgs: List[str], force: bool = False) -> None:
     """Inline ``svgs`` in the HTML report already saved at ``html_path``."""
     if not svgs:
         return
+    from layerlab.output_files import write_output
     from layerlab.report_render import embed_pictures
 
     path = Path(html_path)
-    path.write_text(embed_pictures(path.read_text(encoding="utf-8"), svgs), encoding="utf-8")
+    if force and path.is_symlink():
+        path = Path(os.path.realpath(path))
+    write_output(path, embed_pictures(path.read_text(encoding="utf-8"), svgs), flag="--html", force=force)

@@ -45,6 +45,8 @@ def _tolerance(value: float, flag: str) -> None:
     check_tolerance(value, flag)
 
 
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Write output files through a symbolic link (refused otherwise).")]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the result as JSON on stdout (for scripts and CI).")
 ]
@@ -62,6 +64,16 @@ ThreadsOpt = Annotated[Optional[int], typer.Option(
 RtolOpt = Annotated[Optional[float], typer.Option(
     "--rtol", help="Relative tolerance of output comparisons (finite, ≥ 0).", show_default=False,
     callback=checked(_tolerance))]
+def _run_timeout(value: float, flag: str) -> None:
+    from layerlab.faults import check_timeout
+
+    check_timeout(value, flag)
+
+
+#: every command's --timeout (added by layerlab.cli.boundary.guarded; ddp-check's own means its collectives')
+RunTimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--timeout", metavar="SECONDS", show_default=False, callback=checked(_run_timeout),
+    help="Stop the run after this many seconds, naming the step it was in (exit 1). Default: no limit.")]
 AtolOpt = Annotated[Optional[float], typer.Option(
     "--atol", help="Absolute tolerance of output comparisons (finite, ≥ 0).", show_default=False,
     callback=checked(_tolerance))]

@@ -3,35 +3,51 @@
 Data goes to stdout; warnings, errors and hints go to stderr — in human mode (Rich) and in JSON
 mode alike, so ``layerlab … --json | jq`` always sees clean JSON. Only this module and the
 renderers in :mod:`layerlab.cli.render` know about Rich; Rich itself is imported lazily.
+
+What reaches the terminal is safe to show, whatever the model is (:mod:`layerlab.text_safety`):
+
+* text from data enters Rich markup only through :func:`layerlab.text_safety.escape`, and JSON
+  leaves through :func:`layerlab.serialize.dumps`; both clean it;
+* as a second line of defence, the consoles here show any control character still in the text
+  they write as an escape (:func:`~layerlab.text_safety.safe_console_class`) — Rich's own colour
+  codes are not text and pass;
+* under ``--json`` the command runs inside :func:`streams` with stdout pointed at stderr (Python's
+  ``sys.stdout`` and file descriptor 1, so a ``print`` in the model's ``forward`` or in a library
+  lands on stderr), and :meth:`Output.json` writes the one JSON document to the real stdout;
+* in human mode a Python warning the model raises is shown on one line, cleaned
+  (:func:`_show_warning`);
+* stdout that cannot be written — a full disk (``> /dev/full``), an I/O error — ends in one line
+  on stderr and exit 1 (:func:`stdout_failed`); a closed pipe stays quiet (see
+  :mod:`layerlab.cli.boundary`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 from layerlab.errors import LayerlabError, UsageError, debug_enabled
 from layerlab.serialize import dumps, to_jsonable
+from layerlab.text_safety import clean, escape, safe_console_class
 
 
 def json_line(obj: Any) -> str:
     """One message on stderr under ``--json``: compact JSON on one line, so that a run's stderr is
     a stream of JSON lines (warnings, then the error) that reads line by line."""
-    import json
-
-    return json.dumps(to_jsonable(obj), ensure_ascii=False)
+    return dumps(obj, indent=None)
 
 
 def _console(**kwargs: Any):
     """A Rich console that lets a closed stdout (``| head``) reach the error boundary as
     ``BrokenPipeError`` (Rich's own handler would exit 1 on the spot)."""
-    from rich.console import Console
-
-    class _Console(Console):
+    class _Console(safe_console_class()):
         def on_broken_pipe(self) -> None:
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, "stdout was closed by its reader")
@@ -61,9 +77,7 @@ class Output:
     @property
     def err(self):
         if self._err is None:
-            from rich.console import Console
-
-            self._err = Console(file=sys.stderr, highlight=False)
+            self._err = safe_console_class()(file=sys.stderr, highlight=False)
         return self._err
 
     # -- data ------------------------------------------------------------------------------------
@@ -81,28 +95,33 @@ class Output:
             from layerlab.run_manifest import cli_manifest
 
             data = {**data, "manifest": cli_manifest()}
-        sys.stdout.write(dumps(data) + "\n")
-        sys.stdout.flush()
-
-    def save_svg(self, path: str, title: str = "layerlab", flag: str = "--svg") -> None:
+        stream = _data_stdout or sys.stdout
+        text = dumps(data)
         try:
-            self.out.save_svg(path, title=title, clear=False)
-        except OSError as exc:  # checked before the run (check_writable), but a disk can fill up
-            raise _unwritable(flag, path, exc) from None
+            text.encode(getattr(stream, "encoding", None) or "utf-8")
+        except (LookupError, UnicodeEncodeError):  # stdout is not UTF-8 (LANG=C): \u escapes are JSON too
+            import json
 
-    def save_html(self, path: str, flag: str = "--html") -> None:
-        try:
-            self.out.save_html(path, clear=False)
-        except OSError as exc:
-            raise _unwritable(flag, path, exc) from None
+            text = json.dumps(json.loads(text), indent=2, ensure_ascii=True)
+        stream.write(text + "\n")
+        stream.flush()
+
+    def save_svg(self, path: str, title: str = "layerlab", flag: str = "--svg", force: bool = False) -> None:
+        """What was shown, as SVG, written all at once (layerlab.output_files: no partial file, no link)."""
+        from layerlab.output_files import write_output
+
+        write_output(path, self.out.export_svg(title=title, clear=False), flag=flag, force=force)
+
+    def save_html(self, path: str, flag: str = "--html", force: bool = False) -> None:
+        from layerlab.output_files import write_output
+
+        write_output(path, self.out.export_html(clear=False), flag=flag, force=force)
 
     # -- messages on stderr ------------------------------------------------------------------------
     def warn(self, message: str, hint: Optional[str] = None) -> None:
         if self.json_mode:
             sys.stderr.write(json_line({"warning": message, "hint": hint}) + "\n")
             return
-        from rich.markup import escape
-
         self.err.print(f"[yellow]warning:[/] {escape(message)}")
         if hint:
             self.err.print(f"  [cyan]hint:[/] {escape(hint)}")
@@ -112,8 +131,6 @@ class Output:
         if self.json_mode:
             sys.stderr.write(json_line(exc.to_dict()) + "\n")
             return
-        from rich.markup import escape
-
         err = self.err
         where = f" [dim]({escape(exc.where)})[/]" if exc.where else ""
         if exc.kind == "usage":
@@ -186,3 +203,83 @@ def _unwritable(flag: str, path: str, exc: OSError) -> LayerlabError:
     reason = exc.strerror or type(exc).__name__
     return UsageError(f"{flag}: cannot write {path!r}: {reason}", where=flag, got=path,
                       hint="choose a path in a directory you can write to")
+
+
+#: where :meth:`Output.json` writes while :func:`streams` points stdout at stderr (else ``sys.stdout``)
+_data_stdout: Optional[Any] = None
+
+
+@contextlib.contextmanager
+def streams(json_mode: bool):
+    """Around one command: under ``--json`` everything but the JSON document goes to stderr — the
+    model's ``print``, a library's output, a child process's, on ``sys.stdout`` and on file
+    descriptor 1 alike — so that stdout is exactly one JSON document; in human mode, Python
+    warnings are shown cleaned (a warning's text is the model's)."""
+    if not json_mode:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            yield
+        return
+    global _data_stdout
+    real, saved_fd = sys.stdout, None
+    try:
+        if real.fileno() == 1:
+            real.flush()
+            saved_fd = os.dup(1)
+            os.dup2(sys.stderr.fileno(), 1)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):  # a test's captured stdout
+        saved_fd = None
+    data = (io.TextIOWrapper(io.FileIO(saved_fd, "w", closefd=False), encoding=getattr(real, "encoding", None),
+                             errors=getattr(real, "errors", None), line_buffering=False)
+            if saved_fd is not None else real)
+    _data_stdout, sys.stdout = data, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout, _data_stdout = real, None
+        if saved_fd is not None:
+            with contextlib.suppress(OSError, ValueError):  # a closed or full stdout was reported already
+                data.flush()
+            with contextlib.suppress(OSError, ValueError):
+                data.detach()
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """:func:`warnings.showwarning` for human mode: ``file:line: Category: message`` on one line,
+    every part cleaned."""
+    stream = file or sys.stderr
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(f"{clean(filename)}:{lineno}: {clean(getattr(category, '__name__', category))}: "
+                     f"{clean(message)}\n")
+
+
+#: errno values that mean stdout cannot take more output (full disk, I/O error, quota)
+_WRITE_FAILED = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}
+
+
+def stdout_failed(exc: OSError) -> Optional[int]:
+    """For an ``OSError`` raised by writing output: one line on stderr and the exit code (1), with
+    stdout pointed at ``/dev/null`` so the interpreter's last flush cannot fail again; ``None``
+    when ``exc`` is not such an error (a bug keeps its traceback)."""
+    if exc.errno not in _WRITE_FAILED:
+        return None
+    reason = exc.strerror or type(exc).__name__
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"error: cannot write the output: {clean(reason)} — free some space or write "
+                         f"somewhere else\n")
+        sys.stderr.flush()
+    _silence_stdout()
+    return 1
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass

@@ -25,6 +25,7 @@ def steps(console, label: str, *, json_mode: bool = False) -> Iterator[Progress]
     if json_mode or not console.is_terminal:
         yield _quiet
         return
+    from layerlab.text_safety import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 
     bar = Bar(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
@@ -32,7 +33,7 @@ def steps(console, label: str, *, json_mode: bool = False) -> Iterator[Progress]
     task = bar.add_task("", total=None)
 
     def advance(what: str, i: int, n: int) -> None:
-        bar.update(task, completed=i, total=n or None, description=what)
+        bar.update(task, completed=i, total=n or None, description=escape(what))  # a layer's name: shown as typed
 
     with bar:
         yield advance

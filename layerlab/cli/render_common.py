@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from rich.markup import escape
+from layerlab.text_safety import escape
 from rich.table import Table
 
 from layerlab.checks.report import Status

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.table import Table
 
 from layerlab.cli.render_common import verdict
@@ -33,6 +33,7 @@ def _rank_label(row: RankRow) -> str:
     return "1 process" if row.rank < 0 else f"rank {row.rank}"
 
 
+@displays
 def report(r: DdpReport) -> List[Any]:
     parts: List[Any] = [
         f"[b]ddp-check[/b] {escape(r.target)} ({escape(r.model)}): {r.world_size} rank(s), {r.backend} on {r.device}"

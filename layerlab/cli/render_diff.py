@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, List, Optional
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.table import Table
 from rich.text import Text
 
@@ -20,6 +20,7 @@ _KINDS = {"inspect-report": "inspect reports", "profile-report": "profile report
           "gradcheck-report": "gradcheck reports", "gradcheck-matrix": "gradcheck --all reports"}
 
 
+@displays
 def render(report: DiffReport, top: Optional[int] = 25) -> List[Any]:
     parts: List[Any] = [
         Text.from_markup(f"[bold]layerlab diff[/] of two {_KINDS.get(report.kind, escape(report.kind))}\n"

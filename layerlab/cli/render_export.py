@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.table import Table
 from rich.text import Text
 
@@ -23,6 +23,7 @@ def _eager(r: PathResult) -> str:
     return "[green]yes[/]" if r.matches_eager else "[bold red]no[/]"
 
 
+@displays
 def report(r: ExportReport, strict: bool = False) -> List[Any]:
     """Header, one row per path (result, outputs = eager, reason, where), the fixes, the verdict."""
     s = r.settings
@@ -63,6 +64,7 @@ def _verdict(ok: bool, counts: dict, seconds: float, strict: bool) -> Text:
                             f"{counts['skip']} skipped  [dim]({seconds:.1f} s)[/]")
 
 
+@displays
 def matrix(m: ExportMatrix, strict: bool = False, verbose: bool = True) -> List[Any]:
     """Layers × paths, then the reason of every cell that did not pass."""
     cells = [{p.path: p for p in r.paths if p.path in m.path_names} for r in m.reports]

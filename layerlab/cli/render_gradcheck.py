@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -19,6 +19,7 @@ SHORT = {"runs": "run", "forward_parity": "fwd", "backward_parity": "bwd", "grad
          "noncontiguous": "strd", "determinism": "det", "compile": "comp"}
 
 
+@displays
 def report(r: VerifyReport, verbose: bool = False) -> List[Any]:
     """Header, one row per check, then the numbers of every failure and warning."""
     parts: List[Any] = []
@@ -148,6 +149,7 @@ def _comparison(x: Dict[str, Any]) -> str:
     return text
 
 
+@displays
 def matrix(m: MatrixReport, verbose: bool = False) -> List[Any]:
     """Layers × checks, then one line per failure (check, where, what)."""
     rows = [(r.target, {c.name: C.status_mark(c.status) for c in r.checks})

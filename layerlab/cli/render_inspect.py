@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from rich.console import Group
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -150,6 +150,8 @@ def findings_block(report: InspectReport) -> Optional[Group]:
         mark = "[bold red]✗[/]" if severity == "error" else "[yellow]⚠[/]"
         times = f" ×{len(ps)}" if len(ps) > 1 else ""
         lines.append(Text.from_markup(f"{mark} [bold]{escape(code)}{times}[/] {escape(compact_message(ps[0]))}"))
+        for step in (ps[0].data or {}).get("evidence", [])[:4]:  # the provenance behind a silent/… finding
+            lines.append(Text.from_markup(f"    [dim]evidence:[/] {escape(str(step))}"))
         others = [p.where for p in ps[1:] if p.where]
         if others:
             shown = ", ".join(others[:4]) + (f" … ({len(ps)} in all)" if len(others) > 4 else "")
@@ -225,8 +227,12 @@ def failure_panel(report: InspectReport) -> Optional[Panel]:
         if d.expected is not None or d.got is not None:  # an unknown side is left out, not shown as None
             sides = [f"{k}: {escape(str(v))}" for k, v in (("expected", d.expected), ("got", d.got)) if v is not None]
             lines.append("  " + "   ".join(sides))
-        if d.rule:
-            lines.append(f"  [dim]rule: {escape(d.rule)}[/]")
+        rule_id = getattr(d, "rule_id", None)  # the registered rule that answered: one grep finds it
+        tag = f"(rule {rule_id})" if rule_id else ""
+        if d.rule and tag and len(d.rule) + len(tag) < 80:  # on the rule's line when both fit on one
+            lines.append(f"  [dim]rule: {escape(d.rule)} {escape(tag)}[/]")
+        else:
+            lines += [f"  [dim]{escape(text)}[/]" for text in (f"rule: {d.rule}" if d.rule else "", tag) if text]
         if d.hint:
             lines.append(f"  [green]fix:[/] {escape(d.hint)}")
         if d.verified is not None:
@@ -247,14 +253,22 @@ def _where(f) -> str:
     return f"in {module}"
 
 
+#: How the oracles a fixed copy passed are named (layerlab.engine.oracles).
+_CHECK_NAMES = {"backward": "backward runs", "batch": "samples stay independent",
+                "sizes": "other batch and sequence sizes", "causal": "stays causal"}
+
+
+@displays
 def verification_text(v) -> str:
     """One sentence: what re-running with the fix on a copy of the model gave."""
     out = ", ".join(shape(o) for o in v.outputs)
-    if v.status == "runs":
+    checked = f"; checked: {', '.join(_CHECK_NAMES.get(c, c) for c in v.checks)}" if v.checks else ""
+    if v.status in ("runs", "implausible"):
+        but = f", but {v.note} — not a verified fix" if v.status == "implausible" else checked
         if not v.then:
-            return f"with this fix the model runs → output {out}"
+            return f"with this fix the model runs → output {out}{but}"
         nexts = "; ".join(f"then {t.where} fails: {t.message} — also: {t.fix.code}" for t in v.then)
-        return f"{nexts}; with these {len(v.steps)} fixes the model runs → output {out}"
+        return f"{nexts}; with these {len(v.steps)} fixes the model runs → output {out}{but}"
     if v.status == "still-fails":
         done = "; ".join(f"then {t.where} fails: {t.message} — also: {t.fix.code}" for t in v.then if t.fix)
         last = v.then[-1] if v.then else None
@@ -317,6 +331,7 @@ def summary(report: InspectReport) -> Table:
     return t
 
 
+@displays
 def render(report: InspectReport, depth: Optional[int] = None, title: Optional[str] = None,
            wide: bool = False) -> List[Any]:
     """Everything shown by ``layerlab inspect``, in order: the problems that matter (grouped by

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 
 from rich import box
 from rich.console import Group
-from rich.markup import escape
+from layerlab.text_safety import escape
 from rich.table import Table
 from rich.text import Text
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from rich.markup import escape
+from layerlab.text_safety import escape
 from rich.table import Table
 from rich.text import Text
 

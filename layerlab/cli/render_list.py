@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, List
 
+from layerlab.text_safety import displays
 
+
+@displays
 def render(catalog: Any) -> List[Any]:
     """Two tables (registry layers; example specs) and a line on how to run either."""
     from rich import box

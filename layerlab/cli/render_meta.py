@@ -11,6 +11,8 @@ from typing import Optional
 from rich.table import Table
 from rich.text import Text
 
+from layerlab.text_safety import displays
+
 
 def human_bytes(n: int) -> str:
     """``1536`` → ``1.5 KiB`` (binary units, three significant digits; ``0`` → ``—``)."""
@@ -24,6 +26,7 @@ def human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover - the loop always returns
 
 
+@displays
 def memory_table(report, depth: Optional[int] = None) -> Table:
     """Rows per module call (those deeper than ``depth`` left out) and a closing total row."""
     memory = report.memory

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, List, Optional
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.table import Table
 from rich.text import Text
 
@@ -95,6 +95,7 @@ def finding(f: Finding, first: bool = False) -> Text:
     return Text.from_markup("\n".join(lines))
 
 
+@displays
 def report(rep: PrecisionReport, depth: Optional[int] = None, limit: Optional[int] = 40) -> List[Any]:
     """The renderables ``layerlab precision-check`` prints, in order."""
     parts: List[Any] = [Text.from_markup(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from rich.console import Group
-from rich.markup import escape
+from layerlab.text_safety import escape
 from rich.text import Text
 
 from layerlab.cli.render_common import Fit, fit_columns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.table import Table
 from rich.text import Text
 
@@ -71,6 +71,7 @@ def _fold(rows: List[ProfileRow], depth: Optional[int]) -> List[ProfileRow]:
     return [shown[i] for i in sorted(shown)]
 
 
+@displays
 def report(r: ProfileReport, depth: Optional[int] = None, top: Optional[int] = None) -> List[Any]:
     """Header, one row per module call (self times), the step and overhead, then any comparison."""
     parts: List[Any] = [Text.from_markup(f"[bold]profile {escape(r.target)}[/]  {escape(r.model)}")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from rich.console import Group
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -55,6 +55,7 @@ def _torch_line(ex: Explanation) -> List[Any]:
     return [Text(text, style="dim")]
 
 
+@displays
 def explanation(ex: Explanation) -> List[Any]:
     """Header, one row per dim (formula, numbers, result), the notes, and the error if any."""
     parts: List[Any] = [
@@ -80,6 +81,7 @@ def explanation(ex: Explanation) -> List[Any]:
     return parts
 
 
+@displays
 def size_table(table: SizeTable) -> List[Any]:
     parts: List[Any] = [Text.from_markup(f"[bold]{escape(table.call)}[/]")]
     if table.formula:
@@ -107,6 +109,7 @@ def _params(params: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in params.items())
 
 
+@displays
 def inverse(result: InverseResult) -> List[Any]:
     parts: List[Any] = [Text.from_markup(f"[bold]{escape(result.question)}[/]  ({escape(result.op)})")]
     # Dims with the same question and the same answers are shown once ("H, W: 32 → 16").
@@ -146,6 +149,7 @@ def _note_codes(ex: Explanation) -> str:
         escape(code) + (f" ×{n}" if n > 1 else "")) for (sev, code), n in counts.items())
 
 
+@displays
 def chain(result: ChainResult) -> List[Any]:
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col in ("#", "op", "input", "output", "notes"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, List, Optional, Sequence
 
-from rich.markup import escape
+from layerlab.text_safety import displays, escape
 from rich.table import Table
 from rich.text import Text
 
@@ -59,6 +59,7 @@ def _first_last(values: List[Optional[float]]) -> str:
     return f"{_num(got[0])} → {_num(got[-1])}"
 
 
+@displays
 def report(r: TrainReport) -> List[Any]:
     """Header, the loss curve and its verdict, one row per parameter group, the findings, the verdict."""
     model = f"  {escape(r.model)}" if r.model != r.target else ""  # a module given in Python is named after its class

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.deploy.report import PATHS, ExportMatrix, ExportReport, PathResult
 from layerlab.errors import UsageError, debug_enabled
+from layerlab.target.entry import entry_point
 
 __all__ = ["export_check", "export_check_args", "check_target", "check_all", "select_paths"]
 
@@ -46,6 +47,7 @@ def select_paths(only: Optional[Iterable[str]]) -> List[str]:
     return [p for p in PATHS if p in names]
 
 
+@entry_point("export-check")
 def export_check(module: Any, *inputs: Any, paths: Optional[Sequence[str]] = None,
                  compile_backend: str = DEFAULT_COMPILE_BACKEND, rtol: Optional[float] = None,
                  atol: Optional[float] = None, seed: int = 0, target: Optional[str] = None,

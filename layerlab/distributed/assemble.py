@@ -46,10 +46,10 @@ def assemble(base: DdpReport, module: torch.nn.Module, single: Any, results: Lis
     why_not = not_measured(results)
     if why_not:
         report.notes.append(why_not)
-    unused = checks.unused_findings(module, results, find_unused, single.shards,
+    unused = checks.unused_findings(module, results, find_unused, single,
                                     first_step_unaveraged=any(f.severity == "error" for f in first))
     report.findings += unused + first
-    report.findings += checks.shape_findings(single.shards, results)
+    report.findings += checks.shape_findings(single, results)
     report.params = gradient_rows(single, results, cmp, {n: list(p.shape) for n, p in module.named_parameters()})
     flow = any(f.title == "rank-dependent control flow" for f in unused)
     report.findings += gradient_findings(module, single, results, report.params, cmp, flow)
@@ -91,7 +91,8 @@ def _rank_row(r: Dict[str, Any]) -> RankRow:
 
 
 def _norms(tensors: Dict[str, Optional[torch.Tensor]]) -> Dict[str, Optional[float]]:
-    return {k: None if t is None else float(t.double().norm()) for k, t in tensors.items()}
+    norm = torch.linalg.vector_norm  # summed in float64 without a float64 copy of the tensor
+    return {k: None if t is None else float(norm(t, dtype=torch.float64)) for k, t in tensors.items()}
 
 
 def _raw(r: Dict[str, Any]) -> Dict[str, Any]:

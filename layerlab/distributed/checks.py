@@ -64,8 +64,8 @@ def failure_findings(results: List[Dict[str, Any]]) -> List[Finding]:
 
 
 def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unused: bool,
-                    single_shards: Any = None, first_step_unaveraged: bool = False) -> List[Finding]:
-    """``single_shards[r]``: one process on rank r's shard; when it skips exactly what rank r skips, the
+                    single: Any = None, first_step_unaveraged: bool = False) -> List[Finding]:
+    """``single.shards[r]``: one process on rank r's shard; when it skips exactly what rank r skips, the
     branch follows the data (a parameter used only on some inputs), not the rank.
     ``first_step_unaveraged``: DDP's first step with the user's setting was measured leaving gradients
     un-averaged (:mod:`~layerlab.distributed.first_step`): the fix says so."""
@@ -106,7 +106,7 @@ def unused_findings(module: nn.Module, results: List[Dict[str, Any]], find_unuse
                                          if first_step_unaveraged else "")
                      + f": {change}, or pass find_unused_parameters=True (a graph traversal per step), or "
                      "static_graph=True when the same parameters are unused every step")))
-        elif _follows_data(entry["params"], missing, world, single_shards):
+        elif _follows_data(entry["params"], missing, world, single.shards if single is not None else None):
             used = [r for r in range(world) if r not in missing]
             out.append(Finding(
                 "unused", "info" if find_unused else "error", "data-dependent control flow",
@@ -149,18 +149,29 @@ def _ranks(ranks: List[int]) -> str:
 
 
 def buffer_rows(results: List[Dict[str, Any]]) -> List[BufferRow]:
-    """Per buffer: the ranks' own updates (their step before DDP, from the same start) and what is
-    left after the DDP step."""
+    """Per buffer that some rank changed or that the ranks hold differently: the ranks' own updates
+    (their step before DDP, from the same start) and what is left after the DDP step.
+
+    A buffer no rank changes and every rank holds alike (a rotary ``inv_freq``, a causal mask) has
+    nothing to show and no row. Each rank is compared with its own start (every buffer, persistent
+    or not), so one that never changes is never counted as changed."""
     rows = []
-    start = results[0]["start_buffers"]
     for name, b0 in results[0]["local"]["buffers"].items():
         own = [r["local"]["buffers"][name].double() for r in results]
         after = [r["ddp"]["buffers"][name].double() for r in results]
-        before = start.get(name)
-        changed = [r["rank"] for r, v in zip(results, own) if before is None or not torch.equal(v, before.double())]
-        rows.append(BufferRow(name=name, shape=list(b0.shape), changed_on=changed, ranks_diff=_spread(own),
-                              after_diff=_spread(after), status="ok" if _spread(own) == 0 else "ranks differ"))
+        starts = [r["start_buffers"].get(name) for r in results]
+        changed = [r["rank"] for r, v, s in zip(results, own, starts) if s is None or not _same(v, s.double())]
+        spread, spread_after = _spread(own), _spread(after)
+        if not changed and spread == 0 and spread_after == 0:
+            continue
+        rows.append(BufferRow(name=name, shape=list(b0.shape), changed_on=changed, ranks_diff=spread,
+                              after_diff=spread_after, status="ok" if spread == 0 else "ranks differ"))
     return rows
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN where the other has NaN (a buffer holding NaN that nobody touched is unchanged)."""
+    return a.shape == b.shape and bool(torch.equal(a, b) or torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
 
 
 def _spread(values: List[torch.Tensor]) -> float:
@@ -202,9 +213,15 @@ def buffer_findings(module: nn.Module, rows: List[BufferRow], world: int, broadc
     return out
 
 
-def shape_findings(single_shards: List[Any], results: List[Dict[str, Any]]) -> List[Finding]:
+def shape_findings(single: Any, results: List[Dict[str, Any]]) -> List[Finding]:
+    """Each rank's outputs against one process on its shard. When every rank returns what one shard's
+    forward returned (:attr:`~layerlab.distributed.single.SingleRuns.shard_outputs`), no shard needs
+    its own run."""
+    first = {o.path: (o.dtype, o.shape) for o in single.shard_outputs}
+    if first and all({p: (d, s) for p, d, s in r["ddp"]["outputs"]} == first for r in results):
+        return []
     out = []
-    for res, ref in zip(results, single_shards):
+    for res, ref in zip(results, single.shards):
         got = {p: (d, s) for p, d, s in res["ddp"]["outputs"]}
         want = {o.path: (o.dtype, o.shape) for o in ref.outputs}
         if got != want:

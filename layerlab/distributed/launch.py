@@ -5,9 +5,12 @@ The launcher does what torchrun's agent does, with torch's own pieces:
 * the rendezvous store is a ``torch.distributed.TCPStore`` hosted here on 127.0.0.1 with a port
   the OS picks (port 0: no race for a "free" port); ranks join it as clients
   (``TORCHELASTIC_USE_AGENT_STORE``), exactly as under torchrun;
-* ranks are ``torch.multiprocessing.start_processes(..., start_method="spawn")`` processes running
-  :func:`layerlab.distributed.worker.spawned`; each writes its log and its result file in a
-  private temporary folder;
+* the job (model, state, batch) is written once into a private temporary folder
+  (:mod:`~layerlab.distributed.transport`: one pickle and one file of tensor bytes, never a file
+  descriptor per tensor), which is removed when the run ends;
+* ranks are ``torch.multiprocessing.start_processes`` processes (a fork server where there is one,
+  else ``spawn``) running :func:`layerlab.distributed.worker.spawned`; each reads the job from that
+  folder and writes its log and its result file there;
 * nothing waits forever. Every collective in a rank has the job's timeout. Here a wall clock
   (:func:`deadline_for`) bounds the whole run; once one rank has failed the others get a short
   grace, then every rank still running is asked for its Python stack (SIGUSR1 → ``faulthandler``)
@@ -28,8 +31,9 @@ import tempfile
 import time
 from datetime import timedelta
 from multiprocessing.connection import wait
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
+from layerlab.distributed.transport import write_job
 from layerlab.distributed.worker import RankJob, spawned
 
 __all__ = ["launch", "prestart", "deadline_for", "GRACE_S"]
@@ -52,11 +56,13 @@ def launch(job: RankJob, world: int) -> List[Dict[str, Any]]:
     import torch.multiprocessing as mp
 
     log_dir = tempfile.mkdtemp(prefix="layerlab-ddp-")
-    store = dist.TCPStore("127.0.0.1", 0, world, True, wait_for_workers=False,
-                          timeout=timedelta(seconds=job.options.timeout))
+    store = None
     ctx = None
     try:
-        ctx = mp.start_processes(spawned, args=(job, world, store.port, log_dir), nprocs=world, join=False,
+        write_job(job, log_dir)  # the ranks read it from there: no descriptor per tensor (transport.py)
+        store = dist.TCPStore("127.0.0.1", 0, world, True, wait_for_workers=False,
+                              timeout=timedelta(seconds=job.options.timeout))
+        ctx = mp.start_processes(spawned, args=(log_dir, world, store.port, log_dir), nprocs=world, join=False,
                                  start_method=_start_method())
         _wait(ctx.processes, log_dir, job.options.timeout)
         return [_outcome(r, p, log_dir) for r, p in enumerate(ctx.processes)]
@@ -72,25 +78,54 @@ def launch(job: RankJob, world: int) -> List[Dict[str, Any]]:
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "layerlab.distributed.worker"]
 
 
-def _start_method() -> str:
+def _start_method(also: Sequence[str] = ()) -> str:
     """``forkserver`` where there is one (Linux, macOS): a clean process that imported :data:`PRELOAD`
-    once forks every rank, in this run and the next ones; ``spawn`` elsewhere. Never ``fork``: this
-    process has threads (the store's, torch's) that a forked child would inherit half-way."""
+    (and ``also``) once forks every rank, in this run and the next ones; ``spawn`` elsewhere. Never
+    ``fork``: this process has threads (the store's, torch's) that a forked child would inherit half-way."""
     import multiprocessing
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return "spawn"
-    multiprocessing.set_forkserver_preload(PRELOAD)  # takes effect when the server starts (the first run)
+    multiprocessing.set_forkserver_preload([*PRELOAD, *also])  # takes effect when the server starts
     return "forkserver"
 
 
-def prestart() -> None:
+def prestart(model: Any = None) -> None:
     """Start the fork server now, so its imports (seconds) overlap the caller's own work (building the
-    spec, the single-process runs). Harmless where there is none or it is already up."""
-    if _start_method() == "forkserver":
+    spec, the single-process runs). Harmless where there is none or it is already up.
+
+    ``model`` (a module or a factory): the module that defines its class is imported in the server too
+    when it belongs to an installed package this process has imported already (never ``__main__``, a
+    script, or anything new): each rank unpickles the model, and a Hugging Face model would otherwise
+    import transformers in every rank (seconds each; on a busy machine tens of seconds)."""
+    if _start_method(_defining_modules(model)) == "forkserver":
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+def _defining_modules(model: Any) -> List[str]:
+    import sys
+
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        name = type(model).__module__
+    elif callable(model):
+        name = getattr(model, "__module__", None)
+    else:  # a spec path: the rank builds it, from modules the spec names
+        return []
+    return [name] if name and name != "__main__" and _installed(sys.modules.get(name)) else []
+
+
+def _installed(module: Any) -> bool:
+    """A module of an installed package (site-packages): importing it again in the server is what any
+    rank does, without a user script's import-time side effects in a process that outlives the run."""
+    import sysconfig
+
+    path = getattr(module, "__file__", None) or ""
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    return bool(path) and any(os.path.abspath(path).startswith(os.path.abspath(r) + os.sep) for r in roots)
 
 
 def _wait(procs: List[Any], log_dir: str, timeout: float) -> None:

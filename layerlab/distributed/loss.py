@@ -7,9 +7,22 @@ gradient one process gets on the whole batch. The default loss is
     loss = Σ_outputs mean(output · w)          w ~ N(0, 1), seeded, the whole batch's output shape
 
 where rank r multiplies its output by its own slice of ``w`` (the samples it holds). ``w`` makes
-every output element matter (a plain ``mean(output)`` has zero gradient through a softmax). Outputs
-that do not split with the batch (no dim is the whole batch's size / world size) are left out and
-said so.
+every output element matter (a plain ``mean(output)`` has zero gradient through a softmax).
+
+An output may split with the batch on several dims at once: a dual encoder's (CLIP, SigLIP)
+``logits_per_image`` is (B, B) for the whole batch and (B/N, B/N) on a rank, which computes the
+similarities of its own images and texts only — the block of the whole batch's matrix on the
+diagonal. The loss then reads the whole batch's output block by block, as the ranks do:
+
+    loss = 1/N · Σ_r mean(block_r(output) · block_r(w))
+
+so DDP's average over ranks still equals one process; the pairs across shards are left out (no
+rank computes them unless the model all-gathers) and the report says so. Leaving the output out
+instead would cut the parameters only it reaches (``logit_scale``, ``logit_bias``) from the loss,
+and they would be reported unused although every DDP step trains them.
+
+Outputs that do not split with the batch at all (no dim is the whole batch's size / world size: a
+scalar the model computed, a table shared by every sample) are left out and said so.
 
 A user's loss (``ddp: loss: pkg.mod:fn``) is called as ``fn(output, inputs)`` — ``inputs`` the
 forward arguments by name, the rank's shard of them on a rank — and must return a scalar. It is
@@ -74,13 +87,18 @@ class MeanLoss(Loss):
 
     def observe(self, output: Any) -> None:
         self.full = {p: tuple(t.shape) for p, t in loss_outputs(output)}
-        self.dims = {p: batch_dim(s, self.shard.get(p, ()), self.world) if self.world > 1 else 0
+        self.dims = {p: batch_dims(s, self.shard.get(p, ()), self.world) if self.world > 1 else ()
                      for p, s in self.full.items()}
 
     @property
     def left_out(self) -> List[str]:
         """Outputs the loss leaves out: they do not split with the batch."""
         return [p for p, d in self.dims.items() if d is None]
+
+    @property
+    def blockwise(self) -> Dict[str, Tuple[int, ...]]:
+        """Outputs read block by block on the diagonal (they split with the batch on several dims)."""
+        return {p: d for p, d in self.dims.items() if d is not None and len(d) > 1}
 
     def _weights(self, path: str) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed + sum(map(ord, path)))
@@ -89,20 +107,24 @@ class MeanLoss(Loss):
     def __call__(self, output: Any, inputs: Dict[str, Any], rank: Optional[int], world: int) -> torch.Tensor:
         total = None
         for path, t in loss_outputs(output):
-            dim = self.dims.get(path)
-            if dim is None:
+            dims = self.dims.get(path)
+            if dims is None:
                 continue
             w = self._weights(path)
             if rank is not None and world > 1:
                 want = list(self.full[path])
-                want[dim] //= world
+                for d in dims:
+                    want[d] //= world
                 if list(t.shape) != want:
                     raise CheckFailed(f"{path} is {list(t.shape)} on rank {rank}, but a 1/{world} shard of the batch "
                                       f"gives {want} in one process", where=path,
                                       hint="the model's output shape depends on the rank")
-                size = t.shape[dim]
-                w = w.narrow(dim, rank * size, size)
-            term = (t * w.to(device=t.device, dtype=t.dtype)).mean()
+                term = _weighted_mean(t, _block(w, dims, rank, world))  # t is the rank's block already
+            elif len(dims) > 1 and world > 1:  # the whole batch, read as the ranks read it (module docstring)
+                term = sum(_weighted_mean(_block(t, dims, r, world), _block(w, dims, r, world))
+                           for r in range(world)) / world
+            else:
+                term = _weighted_mean(t, w)
             total = term if total is None else total + term
         if total is None:
             raise CheckFailed("no output splits with the batch, so the default per-sample loss has nothing to "
@@ -111,14 +133,30 @@ class MeanLoss(Loss):
         return total
 
 
-def batch_dim(full: Shape, shard: Shape, world: int) -> Optional[int]:
-    """The dim along which ``shard`` is one of ``world`` equal parts of ``full`` (the first such dim)."""
+def _weighted_mean(t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (t * w.to(device=t.device, dtype=t.dtype)).mean()
+
+
+def _block(t: torch.Tensor, dims: Tuple[int, ...], rank: int, world: int) -> torch.Tensor:
+    """Rank ``rank``'s part of a whole-batch tensor: its slice on every batch dim."""
+    for d in dims:
+        size = t.shape[d] // world
+        t = t.narrow(d, rank * size, size)
+    return t
+
+
+def batch_dims(full: Shape, shard: Shape, world: int) -> Optional[Tuple[int, ...]]:
+    """The dims along which ``shard`` is one of ``world`` equal parts of ``full`` (every other dim the
+    same size); ``None`` when there is none, or a dim that neither splits nor stays."""
     if len(full) != len(shard):
         return None
+    dims = []
     for d, (f, s) in enumerate(zip(full, shard)):
-        if f == s * world and all(a == b for i, (a, b) in enumerate(zip(full, shard)) if i != d):
-            return d
-    return None
+        if f == s * world and f != s:
+            dims.append(d)
+        elif f != s:
+            return None
+    return tuple(dims) or None
 
 
 class UserLoss(Loss):

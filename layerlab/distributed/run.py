@@ -27,6 +27,7 @@ import torch
 
 from layerlab.distributed.options import DdpOptions, check_nproc, check_timeout
 from layerlab.errors import CheckFailed, UsageError
+from layerlab.target.entry import entry_point
 
 __all__ = ["ddp_check", "check_target", "SpecBuild"]
 
@@ -72,17 +73,18 @@ class ConfigBuild:
 class _Given:
     """The module as pickled to the rank (its state arrives with it).
 
-    torch.multiprocessing pickles tensors through shared memory, so every rank would share one copy
-    of the weights and buffers: each rank takes its own (``deepcopy``), and the driver pickles a copy,
-    never the user's module."""
+    The driver pickles a copy, never the user's module. Each rank unpickles a copy of its own (from
+    the launcher's job file, or torchrun's ``broadcast_object_list``; under torchrun rank 0 keeps
+    the driver's copy, which nothing else uses), so the rank takes that module as it is: a second
+    copy would double the rank's memory for nothing (500 MB for GPT-2)."""
 
     def __init__(self, module: torch.nn.Module) -> None:
-        self.module = module
+        self.module: Optional[torch.nn.Module] = module
 
     def __call__(self) -> torch.nn.Module:
-        from layerlab.target.copying import copy_model
-
-        module = copy_model(self.module)
+        module, self.module = self.module, None
+        if module is None:
+            raise RuntimeError("layerlab: a rank builds its model once (the job's module was handed over already)")
         _register_output_capture(module)
         return module
 
@@ -111,6 +113,7 @@ def _register_output_capture(module: torch.nn.Module) -> None:
             _CAN_RECORD_REGISTRY[sub] = sub._can_record_outputs
 
 
+@entry_point("ddp-check", timeout_kwarg=False)
 def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any = None,
               find_unused_parameters: Optional[bool] = None, broadcast_buffers: Optional[bool] = None,
               timeout: Optional[float] = None, seed: int = 0, batch_dims: Optional[Dict[str, Optional[int]]] = None,
@@ -143,7 +146,7 @@ def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any =
     if timeout is not None:
         check_timeout(timeout, "timeout")
     if torchrun.environment() is None:
-        launch.prestart()  # the ranks' imports overlap building the model and the single-process runs
+        launch.prestart(model)  # the ranks' imports overlap building the model and the single-process runs
     given = dict(nproc=nproc, loss=loss, find_unused_parameters=find_unused_parameters,
                  broadcast_buffers=broadcast_buffers, timeout=timeout)
     if isinstance(model, (str, os.PathLike)):
@@ -183,8 +186,11 @@ def _refuse_in_a_starting_rank() -> None:
     import sys
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a child bootstraps
-        sys.exit("error: layerlab.ddp_check was called while a rank imported the main script: put the call under "
-                 "if __name__ == '__main__':")
+        # os._exit, not sys.exit: the command's guard turns a SystemExit into "the model called sys.exit"
+        sys.stderr.write("error: layerlab.ddp_check was called while a rank imported the main script: put the call "
+                         "under if __name__ == '__main__':\n")
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def refuse_lazy(module: torch.nn.Module) -> None:
@@ -300,11 +306,21 @@ def _check(target: Any, build: Optional[Callable[[], torch.nn.Module]], options:
 def _finish(base, module, single, results, options, loss, t0):
     from layerlab.distributed.assemble import assemble
 
-    base.seconds["single"] = single.seconds
-    report = assemble(base, module, single, results, options.find_unused_parameters)
+    from layerlab.distributed.worker import shared_grads
+
+    report = assemble(base, module, single, shared_grads(results), options.find_unused_parameters)
+    report.seconds["single"] = single.seconds  # with the shard runs a finding asked for
     left_out = getattr(loss, "left_out", [])
     if left_out:
         report.notes.append(f"the default loss leaves out {', '.join(left_out)}: no dim of it splits with the batch")
+    blocks = getattr(loss, "blockwise", {})
+    if blocks:
+        said = ", ".join(f"{p} (dims {', '.join(map(str, d))})" for p, d in blocks.items())
+        report.notes.append(f"{said} split with the batch on several dims (a similarity of every sample with every "
+                            "other): each rank computes only the pairs within its shard, so the default loss reads "
+                            "the whole batch's the same way and leaves out the pairs across shards; a contrastive "
+                            "loss trained under DDP sees only those negatives too unless it all_gathers the "
+                            "embeddings")
     report.seconds["total"] = time.perf_counter() - t0
     return report
 

@@ -10,22 +10,29 @@ never touched):
   samples interact across the batch (BatchNorm statistics, a summed loss, dropout);
 * shard 0 again with another seed (``stochastic``): whether the step draws random numbers at all.
 
-Before them, one shard's forward (no grad) tells the default loss which outputs split with the batch.
+Before them, one shard's forward (no grad) tells the default loss which outputs split with the batch
+(its output shapes are kept: :attr:`SingleRuns.shard_outputs`).
+
+The whole batch runs at once; the shard runs and the seed probe run only when a finding asks for
+them (:attr:`SingleRuns.shards`, :attr:`SingleRuns.stochastic`): they explain a difference, and on a
+healthy step there is none to explain. On GPT-2 124M that is three forward + backward passes and
+three copies of the model less on the way to a verdict.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from layerlab.distributed.loss import Loss
 from layerlab.distributed.shard import BatchPlan, shard_args
-from layerlab.distributed.step import StepRecord, one_step
+from layerlab.distributed.report import TensorInfo
+from layerlab.distributed.step import StepRecord, one_step, tensor_info
 from layerlab.errors import CheckFailed
-from layerlab.target.bind import Arg
+from layerlab.target.bind import Arg, flatten
 from layerlab.target.copying import copy_model
 
 __all__ = ["SingleRuns", "run_single"]
@@ -33,36 +40,69 @@ __all__ = ["SingleRuns", "run_single"]
 
 @dataclass
 class SingleRuns:
+    """``full``: the whole batch; ``shard_outputs``: one shard's outputs (no grad); ``shards`` and
+    ``stochastic`` are run on first use (module docstring), from ``pristine``, the initial state."""
+
     full: StepRecord
-    shards: List[StepRecord] = field(default_factory=list)
-    stochastic: bool = False
+    shard_outputs: List[TensorInfo] = field(default_factory=list)
     seconds: float = 0.0
+    pristine: Any = None
+    args: List[Arg] = field(default_factory=list)
+    plan: Any = None
+    loss: Any = None
+    seed: int = 0
+    _shards: Optional[List[StepRecord]] = None
+    _stochastic: Optional[bool] = None
+
+    @property
+    def shards(self) -> List[StepRecord]:
+        """One process on each rank's shard alone."""
+        if self._shards is None:
+            t0 = time.perf_counter()
+            world = self.plan.world
+            shards = []
+            for r in range(world):
+                with _blame(f"on shard {r} of {world}"):
+                    shards.append(one_step(copy_model(self.pristine), shard_args(self.args, self.plan, r), self.loss,
+                                           seed=self.seed, rank=r, world=world))
+            self._shards = shards
+            self.seconds += time.perf_counter() - t0
+        return self._shards
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether shard 0 with another seed gives another gradient (the step draws random numbers)."""
+        if self._stochastic is None:
+            first = self.shards[0]
+            t0 = time.perf_counter()
+            with _blame("on shard 0 with another seed"):
+                again = one_step(copy_model(self.pristine), shard_args(self.args, self.plan, 0), self.loss,
+                                 seed=self.seed + 1, rank=0, world=self.plan.world)
+            self._stochastic = any(not _same(again.grads[k], first.grads[k]) for k in again.grads)
+            self.seconds += time.perf_counter() - t0
+        return self._stochastic
 
 
 def run_single(module: torch.nn.Module, args: List[Arg], plan: BatchPlan, loss: Loss, *, seed: int) -> SingleRuns:
     """The runs above; a model that raises in them is a :class:`~layerlab.errors.CheckFailed` (exit 1)."""
     t0 = time.perf_counter()
     world = plan.world
-    pristine = copy_model(module)
-    fresh = lambda: copy_model(pristine)  # noqa: E731 - each run starts from the same state
+    pristine = module  # never run itself: every run takes a copy (the caller keeps it unchanged until the report)
     first = shard_args(args, plan, 0)
     with _blame("on one shard (no grad)"), torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        loss.expect_shard(fresh()(*[a.value for a in first if not a.keyword],
-                                  **{a.name: a.value for a in first if a.keyword}), world)
-    whole = fresh()
+        output = copy_model(pristine)(*[a.value for a in first if not a.keyword],
+                                      **{a.name: a.value for a in first if a.keyword})
+        loss.expect_shard(output, world)
+        shard_outputs = [tensor_info(p, t) for p, t in flatten(output)]
+        del output
+    whole = copy_model(pristine)
     known = _tensor_names(whole)
     with _blame("on the whole batch"):
         full = one_step(whole, args, loss, seed=seed, rank=None, world=world, before_loss=loss.observe)
     _refuse_created_in_forward(whole, known)
-    shards = []
-    for r in range(world):
-        with _blame(f"on shard {r} of {world}"):
-            shards.append(one_step(fresh(), shard_args(args, plan, r), loss, seed=seed, rank=r, world=world))
-    with _blame("on shard 0 with another seed"):
-        again = one_step(fresh(), first, loss, seed=seed + 1, rank=0, world=world)
-    stochastic = any(not _same(again.grads[k], shards[0].grads[k]) for k in again.grads)
-    return SingleRuns(full=full, shards=shards, stochastic=stochastic, seconds=time.perf_counter() - t0)
+    return SingleRuns(full=full, shard_outputs=shard_outputs, seconds=time.perf_counter() - t0, pristine=pristine,
+                      args=args, plan=plan, loss=loss, seed=seed)
 
 
 def _tensor_names(module: torch.nn.Module) -> Dict[str, str]:

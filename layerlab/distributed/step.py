@@ -5,8 +5,8 @@ The single process (:mod:`~layerlab.distributed.single`) and every rank
 the same masks for the same shapes on both sides), call the model — the plain module, or its
 DistributedDataParallel wrapper — compute the loss, backward, then record per trainable parameter
 its gradient (``None``: it got none), per buffer its value, the modules whose forward ran, and the
-input and output tensors. Gradients are reset to ``None`` afterwards; hooks are removed in
-``finally``.
+input and output tensors. Gradients are handed to the record and reset to ``None`` on the
+parameters; hooks are removed in ``finally``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ __all__ = ["StepRecord", "one_step", "tensor_info"]
 @dataclass
 class StepRecord:
     """What one step left: ``grads[name]`` (``None``: no gradient), ``buffers[name]``, ``ran`` module
-    paths, the input/output tensors, and the loss value. Tensors are detached CPU copies."""
+    paths, the input/output tensors, and the loss value. Tensors are detached, on the CPU, and the
+    record's own."""
 
     grads: Dict[str, Optional[torch.Tensor]] = field(default_factory=dict)
     buffers: Dict[str, torch.Tensor] = field(default_factory=dict)
@@ -73,10 +74,20 @@ def one_step(module: nn.Module, args: List[Arg], loss: Loss, *, seed: int, rank:
     record.outputs = [tensor_info(p, t) for p, t in flatten(output)]
     for name, p in module.named_parameters():
         if p.requires_grad:
-            record.grads[name] = None if p.grad is None else p.grad.detach().to("cpu", copy=True)
+            record.grads[name] = None if p.grad is None else _taken(p.grad)
             p.grad = None
     record.buffers = {name: b.detach().to("cpu", copy=True) for name, b in module.named_buffers()}
     return record
+
+
+def _taken(grad: torch.Tensor) -> torch.Tensor:
+    """The gradient as the record keeps it: the tensor itself when it is a CPU tensor of its own (the
+    parameter lets go of it right after), else a CPU copy (a GPU gradient, or a view into a bucket of
+    DDP's that its next step overwrites). No copy of a 124M-parameter model's gradients per step."""
+    grad = grad.detach()
+    if grad.device.type == "cpu" and grad._base is None and grad.is_contiguous():
+        return grad
+    return grad.to("cpu", copy=True)
 
 
 def _ran(seen: Dict[str, None], name: str):

@@ -11,6 +11,8 @@
     DistributedDataParallel step  → the all-reduced gradients, buffers after, inputs/outputs
                                     (find_unused_parameters=True when some parameter got no gradient)
     monitored_barrier
+    all_gather(gradient digests)  → a rank whose all-reduced gradients are rank 0's byte for byte sends
+                                    none; the driver gives it rank 0's (:func:`shared_grads`)
 
 Every collective has the job's timeout (``init_process_group(timeout=)``; the barriers their own).
 On NCCL the barriers and object collectives run on a gloo side group (monitored_barrier is gloo's).
@@ -83,8 +85,12 @@ def run_rank(job: RankJob, rank: int, world: int, local_rank: int, *, keep_group
         _broadcast_state(model)
         args = [Arg(a.name, _to(a.value, device), a.keyword, a.no_grad) for a in shard_args(job.args, job.plan, rank)]
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # every buffer, also those left out of the state dict (persistent=False: rotary inv_freq), so that
+        # one nobody changes is not taken for one every rank changed
+        start_buffers = {k: v.detach().clone() for k, v in model.named_buffers()}
         local = one_step(model, args, job.loss, seed=job.seed, rank=rank, world=world)
         model.load_state_dict(start)  # DDP's step starts where the rank's own step did
+        _restore_buffers(model, start_buffers)
         dist.monitored_barrier(group=ctrl, timeout=timeout, wait_all_ranks=True)
         unused = [None] * world
         dist.all_gather_object(unused, sorted(n for n, g in local.grads.items() if g is None), group=ctrl)
@@ -96,9 +102,14 @@ def run_rank(job: RankJob, rank: int, world: int, local_rank: int, *, keep_group
         step = one_step(model, args, job.loss, seed=job.seed, rank=rank, world=world, call=ddp)
         dist.monitored_barrier(group=ctrl, timeout=timeout, wait_all_ranks=True)
         del keep  # the first step's DDP (its reducer may still own buckets in flight) lives until here
+        ddp_result = as_result(step)
+        digests = [None] * world
+        dist.all_gather_object(digests, grads_digest(step.grads), group=ctrl)
+        if rank != 0 and digests[rank] == digests[0]:  # byte for byte rank 0's: not sent twice
+            ddp_result["grads"], ddp_result["grads_of_rank"] = {}, 0
         return {"rank": rank, "status": "ok", "find_unused_parameters": find_unused, "first_step": first,
-                "start_buffers": {k: v.cpu() for k, v in start.items() if k in dict(model.named_buffers())},
-                "local": as_result(local), "ddp": as_result(step), "seconds": time.perf_counter() - t0,
+                "start_buffers": {k: v.cpu() for k, v in start_buffers.items()},
+                "local": as_result(local), "ddp": ddp_result, "seconds": time.perf_counter() - t0,
                 "pid": os.getpid()}
     except Exception as exc:
         error, frames = summarize_exception(exc)
@@ -108,6 +119,16 @@ def run_rank(job: RankJob, rank: int, world: int, local_rank: int, *, keep_group
     finally:
         if not keep_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _restore_buffers(model: Any, start: Dict[str, Any]) -> None:
+    """Put back the buffers ``load_state_dict`` does not (non-persistent ones) as they were at ``start``."""
+    import torch
+
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name in start and b.shape == start[name].shape:
+                b.copy_(start[name])
 
 
 def _wrap(model: Any, device: Any, find_unused: bool, broadcast_buffers: bool) -> Any:
@@ -172,6 +193,30 @@ def _to(value: Any, device: Any) -> Any:
     return map_tensors(value, lambda t: t.detach().to(device).requires_grad_(t.requires_grad))
 
 
+def grads_digest(grads: Dict[str, Any]) -> str:
+    """A hash of every gradient's name, dtype, shape and bytes: two ranks with the same digest hold the
+    same all-reduced gradients, so only rank 0 sends them (500 MB less per rank for GPT-2)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.blake2b(digest_size=20)
+    for name in sorted(grads):
+        g = grads[name]
+        h.update(f"{name}\0{None if g is None else (g.dtype, tuple(g.shape))}\0".encode())
+        if g is not None and g.numel():
+            h.update(memoryview(g.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
+def shared_grads(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Give back to each rank that sent none the all-reduced gradients it shares with rank 0."""
+    for r in results:
+        if r.get("status") == "ok" and r["ddp"].get("grads_of_rank") is not None:
+            r["ddp"]["grads"] = results[r["ddp"].pop("grads_of_rank")]["ddp"]["grads"]
+    return results
+
+
 def as_result(record: Any) -> Dict[str, Any]:
     """A :class:`~layerlab.distributed.step.StepRecord` as a plain dict (tensors, lists, str)."""
     return {"grads": record.grads, "buffers": record.buffers, "ran": list(record.ran), "loss": record.loss,
@@ -207,11 +252,12 @@ def summarize_exception(exc: BaseException) -> tuple:
     return text[:400], user_frames(traceback.extract_tb(exc.__traceback__))
 
 
-def spawned(local_rank: int, job: RankJob, world: int, port: int, log_dir: str) -> None:
+def spawned(local_rank: int, job_dir: str, world: int, port: int, log_dir: str) -> None:
     """Entry point of a rank started by :mod:`layerlab.distributed.launch` (``torch.multiprocessing``).
 
     Sets torchrun's environment variables (so :func:`run_rank` reads what torchrun would give it),
-    sends output to ``rank{r}.log`` and the result to ``rank{r}.pt`` in ``log_dir``."""
+    reads the job the launcher wrote in ``job_dir`` (:mod:`~layerlab.distributed.transport`), sends
+    output to ``rank{r}.log`` and the result to ``rank{r}.pt`` in ``log_dir``."""
     import faulthandler
     import signal
     import sys
@@ -223,12 +269,21 @@ def spawned(local_rank: int, job: RankJob, world: int, port: int, log_dir: str) 
     os.environ.update({"RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
                        "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                        # the launcher hosts the store, as torchrun's agent does: every rank is its client
-                       "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
-                       **job.env})
+                       "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0"})
     import torch
     import torch.distributed as dist
 
-    result = run_rank(job, local_rank, world, local_rank, keep_group=True)
+    from layerlab.distributed.transport import read_job
+
+    try:
+        job = read_job(job_dir)
+    except Exception as exc:  # a class the rank cannot import: the driver names the rank and the error
+        error, frames = summarize_exception(exc)
+        result = {"rank": local_rank, "status": "raised", "error": f"reading the job: {error}", "frames": frames,
+                  "traceback": traceback.format_exc()[-4000:], "seconds": 0.0, "pid": os.getpid()}
+    else:
+        os.environ.update(job.env)
+        result = run_rank(job, local_rank, world, local_rank, keep_group=True)
     path = os.path.join(log_dir, f"rank{local_rank}.pt")
     torch.save(result, path + ".part")
     os.replace(path + ".part", path)  # the launcher never reads half a file, and has it before any teardown

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from layerlab.errors import CheckFailed, UsageError
+from layerlab.target.entry import entry_point
 from layerlab.mixed import compare, diagnose
 from layerlab.mixed.capture import MAX_CALLS, MAX_SAMPLES
 from layerlab.mixed.dtypes import autocast_supported, default_autocast, half_names, tolerance
@@ -43,6 +44,7 @@ __all__ = ["precision_check", "check_target"]
 GRAD_SCALE = 2.0 ** 16
 
 
+@entry_point("precision-check")
 def precision_check(module_or_spec: Any, *inputs: Any, autocast: Optional[Sequence[str]] = None,
                     cast: Optional[Sequence[str]] = None, grad_scaler: Optional[bool] = None,
                     tolerance_scale: Optional[float] = None, seed: Optional[int] = None,

@@ -59,12 +59,15 @@ def format_of(path: Union[str, Path], flag: str = "plot") -> str:
 
 @contextlib.contextmanager
 def style() -> Iterator[None]:
-    """matplotlib's default style with a fixed SVG hash salt, for drawing and saving alike."""
+    """matplotlib's default style with a fixed SVG hash salt, for drawing and saving alike; no text
+    is read as mathtext (``$…$`` in a name or title is shown literally, and cannot make drawing
+    raise)."""
     mpl = matplotlib_or_error()
     with mpl.rc_context():
         mpl.rcdefaults()  # inside the context: restored on the way out
         mpl.rcParams["svg.hashsalt"] = "layerlab"
         mpl.rcParams["svg.fonttype"] = "none"  # text stays text: small, searchable, diffable files
+        mpl.rcParams["text.parse_math"] = False  # a module name "cost $x$" is shown as typed, not as TeX
         yield
 
 
@@ -77,17 +80,20 @@ def new_figure(width: float, height: float):
         return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def save(figure: Any, path: Union[str, Path], flag: str = "plot") -> Path:
-    """Write ``figure`` to ``path`` (SVG or PNG, from the suffix); returns the path."""
+def save(figure: Any, path: Union[str, Path], flag: str = "plot", force: bool = False) -> Path:
+    """Write ``figure`` to ``path`` (SVG or PNG, from the suffix) all at once
+    (:func:`layerlab.output_files.write_output`: no partial file, no writing through a link unless
+    ``force``); returns the path."""
+    from layerlab.output_files import write_output
+
     fmt = format_of(path, flag)
-    target = Path(path)
-    try:
+
+    def draw(f: Any) -> None:
         with style():
-            figure.savefig(target, format=fmt, metadata=_SVG_METADATA if fmt == "svg" else _PNG_METADATA)
-    except OSError as exc:
-        raise UsageError(f"{flag}: cannot write {str(target)!r}: {exc.strerror or exc}", where=flag,
-                         got=str(target), hint="check that the directory exists and is writable") from None
-    return target
+            figure.savefig(f, format=fmt, metadata=_SVG_METADATA if fmt == "svg" else _PNG_METADATA)
+
+    write_output(path, draw, flag=flag, force=force)
+    return Path(path)
 
 
 def svg_text(figure: Any) -> str:

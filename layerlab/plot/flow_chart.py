@@ -60,8 +60,10 @@ def gradient_flow(report: Any, *more: Any, path: Optional[Union[str, Path]] = No
         UsageError: matplotlib is not installed (the message names ``pip install 'layerlab[plot]'``),
             ``path`` has another suffix, or a report has no layer with parameters.
     """
-    reports = [report, *more]
-    names = _labels(reports, labels)
+    from layerlab.text_safety import clean, display_copy
+
+    reports = [display_copy(r, limit=200) for r in (report, *more)]  # module names become titles and ticks
+    names = [clean(name, 200) for name in _labels(reports, labels)]
     if path is not None:
         backend.format_of(path)  # a bad suffix is refused before anything is drawn
     columns = []

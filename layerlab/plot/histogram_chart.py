@@ -34,8 +34,12 @@ def histograms(report: Any, *, path: Optional[Union[str, Path]] = None, label: O
     Raises:
         UsageError: matplotlib is missing, ``path`` has another suffix, or the probe did not run.
     """
+    from layerlab.text_safety import clean, display_copy
+
     if path is not None:
         backend.format_of(path)
+    report = display_copy(report, limit=200)  # module names become the panels' titles
+    label = clean(label, 200) if label is not None else None
     try:
         result = report.probe("histogram")
     except (KeyError, AttributeError):

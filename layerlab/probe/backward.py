@@ -25,6 +25,9 @@ META_PROJECTION = "⟨out, R⟩ on meta (shapes only: no values)"
 
 
 def differentiable_outputs(output: Any) -> List[torch.Tensor]:
+    from layerlab.target.bind import refuse_lazy
+
+    refuse_lazy(output, "the model's output")
     return [
         t for _, t in flatten(output)
         if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()
@@ -56,16 +59,19 @@ def run_backward(
     loss: Optional[Callable[[Any], torch.Tensor]],
     seed: int,
     outs: Optional[List[torch.Tensor]] = None,
+    trace: Any = None,
 ) -> Tuple[Optional[float], List[Optional[torch.Tensor]], str]:
     """Differentiate the loss w.r.t. ``targets``: ``(loss_value, grads, loss_description)``.
 
-    ``outs``: ``differentiable_outputs(output)`` when the caller has it already. Raises whatever
-    autograd raises (the caller turns it into a failure).
+    ``outs``: ``differentiable_outputs(output)`` when the caller has it already; ``trace``: an op trace
+    to record the user's loss under. A loss that raises (or returns no scalar tensor) raises
+    :class:`~layerlab.probe.loss_failure.LossRaised`; otherwise this raises whatever autograd raises
+    (the caller turns either into a failure, of the loss or of the backward).
     """
     if loss is not None:
-        value = loss(output)
-        if not isinstance(value, torch.Tensor) or value.numel() != 1:
-            raise TypeError(f"loss must return a scalar tensor, got {type(value).__name__}")
+        from layerlab.probe.loss_failure import compute_loss
+
+        value = compute_loss(loss, output, trace)
         grads = torch.autograd.grad(value, targets, allow_unused=True)
         read = None if value.is_meta else float(value.detach())
         return read, list(grads), getattr(loss, "__name__", "user loss")

@@ -29,7 +29,8 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
-from layerlab.probe.context import ORIGIN_STEPS, op_at, op_site, op_text
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe.context import ORIGIN_STEPS, op_at, op_site, op_tensors, op_text
 from layerlab.probe.report import CallRecord, Diagnosis, FixStep, OpRecord
 
 _RULE = ("nn.RNN/LSTM/GRU, nn.MultiheadAttention and nn.Transformer* take and return (T, B, …) "
@@ -108,8 +109,18 @@ def _name(name: Optional[str], default: str) -> str:
 
 
 # -- bmm / matmul -----------------------------------------------------------------------------------
-def seq_first_operand(ctx, failed, a: torch.Tensor, b: torch.Tensor) -> Optional[Diagnosis]:
-    """``bmm(a, b)`` whose batch dims differ because one operand is a seq-first module's output."""
+@register_rule("batch/seq-first-operand", stage="op",
+               on=(torch.bmm, torch.Tensor.bmm, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__), order=455)
+def seq_first_operand(ctx) -> Optional[Diagnosis]:
+    """``bmm(a, b)`` whose batch dims differ (the inner dims agree) because one operand is a seq-first
+    module's output: that operand's ``transpose(0, 1)``."""
+    failed = ctx.failed_op
+    tensors = op_tensors(failed)
+    if len(tensors) < 2:
+        return None
+    a, b = tensors[0], tensors[1]
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2]:  # inner dims first: the matmul rule's
+        return None
     record = failed.record
     if record.op not in ("bmm", "matmul", "__matmul__") or a.dim() != 3 or b.dim() != 3 or a.shape[0] == b.shape[0]:
         return None
@@ -148,6 +159,7 @@ def seq_first_operand(ctx, failed, a: torch.Tensor, b: torch.Tensor) -> Optional
 
 
 # -- MultiheadAttention -----------------------------------------------------------------------------
+@register_rule("attention/mixed-layouts", stage="module", on=(nn.MultiheadAttention,), order=150)
 def mixed_layouts(ctx) -> Optional[Diagnosis]:
     """A key/value in the other layout than the query and the attention's ``batch_first``."""
     m = ctx.module

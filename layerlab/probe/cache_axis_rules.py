@@ -17,6 +17,8 @@ from typing import List, Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site, op_tensors, op_text
 from layerlab.probe.op_walk import back_to, replay
 from layerlab.probe.report import Diagnosis, FixStep
@@ -34,7 +36,11 @@ def _runs(failed, which: int, moved: torch.Tensor) -> bool:
     return True
 
 
-def grown_axis(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("cache/cat-grew-wrong-axis", stage="op", on=ops.MATMUL + ops.BROADCAST, order=280)
+def grown_axis(ctx) -> Optional[Diagnosis]:
+    """A ``cat`` grew a cache along the wrong axis (heads instead of the sequence); seen where it meets
+    another operand."""
+    failed = ctx.failed_op
     tensors = op_tensors(failed)
     if len(tensors) != 2 or len(failed.args) < 2:
         return None

@@ -20,6 +20,8 @@ from typing import Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.op_walk import back_to, int_args
 from layerlab.probe.report import Diagnosis, FixStep
@@ -32,7 +34,11 @@ def _items(failed):
     return None
 
 
-def unflattened_map(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("join/unflattened-map", stage="op", on=ops.JOINS, order=230)
+def unflattened_map(ctx) -> Optional[Diagnosis]:
+    """A feature map joined with flat features: the map was meant to be flattened (a Linear of the model takes
+    C·H·W + F)."""
+    failed = ctx.failed_op
     items = _items(failed)
     if items is None or failed.record.op not in ("cat", "concat", "concatenate"):
         return None
@@ -89,7 +95,10 @@ def _per_position(ctx, failed, items, m, width) -> Optional[Diagnosis]:
     )
 
 
-def reshape_factor(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("join/reshape-factor", stage="op", on=ops.JOINS, order=240)
+def reshape_factor(ctx) -> Optional[Diagnosis]:
+    """A ``cat`` operand reshaped by the wrong factor just before it."""
+    failed = ctx.failed_op
     items = _items(failed)
     if items is None or failed.record.op not in ("cat", "concat", "concatenate"):
         return None

@@ -14,13 +14,21 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.layout import made, move_axis, permute_code
+from layerlab.probe.ops import library_class
 from layerlab.probe.report import Diagnosis, FixStep
 
 
+@register_rule("layout/pixels-channels-last", stage="module", on=(nn.Module,), order=300)
 def channels_last(ctx) -> Optional[Diagnosis]:
+    """A model's own module that checks its pixels' channels (HF vision embeddings) given NHWC pixels: permute
+    at the model input."""
     m = ctx.module
+    if library_class(type(m)):  # torch.nn layers have rules of their own: this reads a model's own module
+        return None
     C = getattr(m, "num_channels", None)
     x = ctx.arg("pixel_values", 0)
     if "channel" not in str(ctx.exc).lower():  # the module said what it checks; any other failure is not this
@@ -46,10 +54,13 @@ def channels_last(ctx) -> Optional[Diagnosis]:
     )
 
 
+@register_rule("channels/gray-pixels", stage="module", on=(nn.Module,), order=310)
 def gray_pixels(ctx) -> Optional[Diagnosis]:
     """One-channel (grayscale) pixels for a model built for 3 (RGB): repeat the gray channel, as image
     processors do for pretrained weights; ``num_channels=1`` only for a model trained from scratch."""
     m = ctx.module
+    if library_class(type(m)):
+        return None
     C = getattr(m, "num_channels", None)
     x = ctx.arg("pixel_values", 0)
     if "channel" not in str(ctx.exc).lower() or C != 3 or not isinstance(x, torch.Tensor) or x.dim() != 4:
@@ -70,6 +81,7 @@ def gray_pixels(ctx) -> Optional[Diagnosis]:
     )
 
 
+@register_rule("layout/video-frames-first", stage="module", on=(nn.Conv3d,), order=110)
 def video_frames_first(ctx) -> Optional[Diagnosis]:
     """Conv3d fed clips as video loaders stack them, (N, T, C, H, W) — frames first, each C×H×W —
     where Conv3d reads (N, C, T, H, W). The wanted channel count on dim 2 (and only there), not on

@@ -35,6 +35,8 @@ class FailureContext:
     #: ``(path, args, kwargs)`` of the calls around the failing one, outermost first (where a fix
     #: of a model input is applied: ``pixel_values`` at the root, not deep inside).
     outer: List[Tuple[str, tuple, dict]] = field(default_factory=list)
+    #: For the ``refine`` rules only: the Diagnosis a module rule made, which they may make precise.
+    found: Any = None
 
     # -- arguments ---------------------------------------------------------------------------------
     def arg(self, name: str, position: int) -> Any:

@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -44,7 +46,11 @@ def _others_count_dim1(values, batch, t) -> bool:
     return longest > batch
 
 
-def ctc_batch_first(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("loss/ctc-batch-first", stage="op", on=(F.ctc_loss, torch.ctc_loss), order=310)
+def ctc_batch_first(ctx) -> Optional[Diagnosis]:
+    """``F.ctc_loss`` given batch-first (N, T, C) log-probs where it reads (T, N, C): ``log_probs.transpose(0,
+    1)``."""
+    failed = ctx.failed_op
     record = failed.record
     if record.op not in ("F.ctc_loss", "ctc_loss") or "must be of size batch_size" not in str(failed.exc):
         return None

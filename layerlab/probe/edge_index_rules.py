@@ -15,6 +15,8 @@ from typing import Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_tensors, op_text
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -40,7 +42,10 @@ def _root_argument(ctx, shape):
     return found[0] if len(found) == 1 else None
 
 
-def edge_index_layout(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("layout/edge-index-transposed", stage="op", on=ops.BROADCAST, order=270)
+def edge_index_layout(ctx) -> Optional[Diagnosis]:
+    """A graph's ``edge_index`` given as (E, 2) where message passing reads (2, E): ``edge_index.t()``."""
+    failed = ctx.failed_op
     tensors = op_tensors(failed)
     if len(tensors) != 2:
         return None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site, op_tensors
 from layerlab.probe.einsum_rules import _agrees, _operand_names
 from layerlab.probe.op_walk import back_to
@@ -45,7 +47,10 @@ def _clash(terms: List[str], shapes: List[List[int]]) -> str:
     return ""
 
 
-def relabel(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("einsum/operand-labels", stage="op", on=ops.EINSUM, order=200)
+def relabel(ctx) -> Optional[Diagnosis]:
+    """An einsum operand mislabeled where another einsum fixed the other's axes: relabel its subscripts."""
+    failed = ctx.failed_op
     eq = failed.args[0] if failed.args and isinstance(failed.args[0], str) else None
     if eq is None or "->" not in eq or "." in eq:
         return None

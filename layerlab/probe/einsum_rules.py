@@ -17,6 +17,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.layout import AXIS_MOVES, inverse
 from layerlab.probe.report import Diagnosis, FixStep
@@ -95,7 +97,10 @@ def _candidates(ctx, terms, tensors) -> Tuple[List[Tuple[int, List[int]]], List[
     return fits, undoing
 
 
-def einsum(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("einsum/letter-sizes", stage="op", on=ops.EINSUM, order=470)
+def einsum(ctx) -> Optional[Diagnosis]:
+    """An einsum letter with two sizes: the permute that fixes it, when exactly one does."""
+    failed = ctx.failed_op
     from layerlab.probe.context import op_tensors
 
     eq = failed.args[0] if failed.args and isinstance(failed.args[0], str) else None

@@ -15,13 +15,18 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis, FixStep
 
 _RULE = "EmbeddingBag: input (B·L flat ids), offsets (B) the start of each bag, offsets[0] = 0"
 
 
+@register_rule("embedding/bag-lengths-as-offsets", stage="module", on=(nn.EmbeddingBag,), order=220)
 def lengths_as_offsets(ctx) -> Optional[Diagnosis]:
+    """nn.EmbeddingBag given each bag's length where it takes each bag's start: offsets are their exclusive
+    cumsum."""
     if "offsets[0] has to be 0" not in str(ctx.exc):
         return None
     ids, offsets = ctx.arg("input", 0), ctx.arg("offsets", 1)

@@ -20,10 +20,13 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis, FixStep
 
 
+@register_rule("rnn/trailing-one-ids", stage="module", on=(nn.RNNBase,), order=130)
 def trailing_one_ids(ctx) -> Optional[Diagnosis]:
+    """An RNN given (B, T, 1, E): token ids (B, T, 1) looked up by an Embedding; ``x.squeeze(2)``."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(m, nn.RNNBase) or not isinstance(x, torch.Tensor) or x.dim() != 4:
         return None

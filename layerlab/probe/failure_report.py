@@ -54,10 +54,12 @@ class VerifiedStep:
 class Verification:
     """What happened when the fix was applied to a copy of the model and the forward re-run.
 
-    ``status``: ``runs`` (the model ran with ``steps`` applied; ``outputs`` are its output shapes),
-    ``still-fails`` (the last entry of ``then`` failed and no rule had a fix for it, or the fix
-    changed nothing), ``not-verified`` (``note`` says why: no copy could be made, the time cap,
-    too many steps).
+    ``status``: ``runs`` (the model ran with ``steps`` applied and passed every oracle in
+    ``checks``: backward, batch independence, other sizes, causality; ``outputs`` are its output
+    shapes), ``implausible`` (it runs, but the oracle ``failed_check`` failed: ``note`` says how, e.g.
+    "sample 0's output then depends on the other samples"), ``still-fails`` (the last entry of
+    ``then`` failed and no rule had a fix for it, or the fix changed nothing), ``not-verified``
+    (``note`` says why: no copy could be made, the time cap, too many steps).
     """
 
     status: str
@@ -65,6 +67,8 @@ class Verification:
     then: List[VerifiedStep] = field(default_factory=list)
     outputs: List[List[int]] = field(default_factory=list)
     note: Optional[str] = None
+    checks: List[str] = field(default_factory=list)
+    failed_check: Optional[str] = None
 
 
 @dataclass
@@ -75,7 +79,9 @@ class Diagnosis:
     ``element-count``, ``cat-dim``, ``broadcast``, ``inner-dim``, ``mask-dtype``, ``mask-shape``,
     ``index-range``, ``dtype``, ``device``, ``ambiguous`` …). ``fix`` is the mechanical change
     behind ``hint`` when there is one; ``alternatives`` are other fixes, in order, each with its
-    caveat; ``verified`` says what re-running with ``fix`` on a copy gave.
+    caveat; ``verified`` says what re-running with ``fix`` on a copy gave. ``rule`` is the torch rule
+    that was broken, in words; ``rule_id`` the id of the layerlab rule that recognised the failure
+    (:mod:`layerlab.engine.rule_registry`; grep the source for it), ``severity`` that rule's.
     """
 
     message: str
@@ -87,6 +93,8 @@ class Diagnosis:
     fix: Optional[FixStep] = None
     alternatives: List[str] = field(default_factory=list)
     verified: Optional[Verification] = None
+    rule_id: Optional[str] = None
+    severity: str = "error"
 
 
 @dataclass

@@ -89,9 +89,15 @@ def _convert(value: Any, to: str) -> Any:
         shape, _, dtype = to[len("shape:"):].partition("+")
         value = value.reshape([int(v) for v in shape.split(",")])
         return value.to(getattr(torch, dtype)) if dtype else value
+    if to == "real":  # a complex tensor where a real one is wanted
+        return value.real
     if to.startswith(("cpu", "cuda", "mps", "xpu", "meta")):
         return value.to(to)
     return value.to(getattr(torch, to))
+
+
+#: The public name of :func:`_convert` (the edit grammar's ``convert`` rewrite uses it).
+convert = _convert
 
 
 def _change_input(kind: str, params: Dict[str, Any]) -> Callable[[Any], Any]:

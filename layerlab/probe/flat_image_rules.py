@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis, FixStep
 
 
@@ -30,7 +31,10 @@ def _model_input(ctx, x) -> bool:
     return any(a is x for a in (*args, *kwargs.values()))
 
 
-def flat_image(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("layout/flat-image", stage="refine", order=80)
+def flat_image(ctx) -> Optional[Diagnosis]:
+    """A conv2d fed a flat (N, C·H·W) image: ``x.view(-1, C, H, H)`` when the flat size is C times a square."""
+    found = ctx.found
     module = ctx.module
     if found.cause != "rank" or type(module) is not nn.Conv2d:
         return None

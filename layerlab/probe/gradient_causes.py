@@ -108,7 +108,10 @@ class Explained:
 
 def _cancelled(p: ParamRecord, view: View) -> Optional[float]:
     """``‖∂L/∂b‖ / ‖∂L/∂out‖`` of bias ``p`` when it shows the sum over positions cancelling."""
-    out = view.out_grad(p.module)
+    return _cancelled_against(p, view.out_grad(p.module))
+
+
+def _cancelled_against(p: ParamRecord, out: Optional[float]) -> Optional[float]:
     if out is None or out == 0 or p.grad_norm is None:
         return None
     ratio = p.grad_norm / out
@@ -124,13 +127,15 @@ def key_bias(p: ParamRecord, view: View) -> Optional[Explained]:
     holder = view.module(parent)
     if holder is None or not QUERY_NAMES & {n for n, _ in holder.named_children()}:
         return None
-    ratio = _cancelled(p, view)
+    ratio, against = _cancelled(p, view), "key"
+    if ratio is None and not view.by_path.get(owner_path):  # its weight and bias used by a functional
+        ratio, against = _cancelled_against(p, view.out_grad(parent)), "attention"  # attention (WavLM)
     if ratio is None:
         return None
     return Explained(
         "key-bias", p.name, "softmax is shift-invariant along the key axis: the key bias adds the "
         "same q·b to every logit of a query, so its gradient is zero by construction",
-        {"cancelled": ratio},
+        {"cancelled": ratio, "against": against},
     )
 
 
@@ -171,6 +176,33 @@ def bias_before_batch_norm(p: ParamRecord, view: View) -> Optional[Explained]:
         "batch's per-channel mean: the gradient sums to zero over positions (measured), so the bias "
         "cannot change the output",
         {"norm": norm.path, "cancelled": ratio, "direct": False},
+    )
+
+
+def shift_invariant_bias(p: ParamRecord, view: View) -> Optional[Explained]:
+    """A Linear's bias whose output gradient sums to zero over positions in every channel, while that
+    output gets a normal gradient: what follows ignores a shift shared by every position — a softmax
+    along them (attention pooling's ``score = nn.Linear(d, 1)``, a key projection called through a
+    functional attention) or a mean subtraction. The same mechanism as the key bias, checked the same
+    way on the numbers; a bias whose output has one position per sample cannot cancel, so it needs
+    more than one."""
+    owner_path, _, leaf = p.name.rpartition(".")
+    owner = view.module(owner_path)
+    calls = view.by_path.get(owner_path, ())
+    if leaf != "bias" or not isinstance(owner, nn.Linear) or not calls:
+        return None
+    outs = [o for i in calls for o in view.calls[i].tensor_outputs[:1] if o.shape and None not in o.shape]
+    batch = min((o.shape[0] for o in outs if o.shape), default=1)
+    if not outs or all(math.prod(o.shape) <= max(batch, 1) * owner.out_features for o in outs):
+        return None  # one position per sample and channel: nothing to sum over
+    ratio = _cancelled(p, view)
+    if ratio is None:
+        return None
+    return Explained(
+        "shift-invariant-bias", p.name, "its output gradient sums to zero over positions in every channel: what "
+        "follows ignores a shift shared by every position (softmax is shift-invariant along them), so its "
+        "gradient is zero by construction",
+        {"cancelled": ratio},
     )
 
 
@@ -249,7 +281,8 @@ def explain_params(params: List[ParamRecord], view: View, scale: float, vanish: 
     for p in params:
         if not p.trainable or not {"vanishing", "zero-grad"} & set(p.flags):
             continue
-        why = key_bias(p, view) or bias_before_batch_norm(p, view) or layer_scale(p, view, scale, vanish)
+        why = (key_bias(p, view) or bias_before_batch_norm(p, view) or shift_invariant_bias(p, view)
+               or layer_scale(p, view, scale, vanish))
         if why is not None:
             p.expected = why.why
             found.append(why)
@@ -272,7 +305,15 @@ def _key_bias_note(group: List[Explained]) -> str:
     who = _count(group, "attention key bias", "attention key biases")
     return (f"{who} a zero gradient by construction: softmax is shift-invariant along the key "
             "axis (the key bias adds the same q·b to every logit of a query), so there is nothing "
-            f"to fix; measured ‖∂L/∂b‖ ≤ {worst:.1g} × the gradient at the key output: {_names(group)}")
+            f"to fix; measured ‖∂L/∂b‖ ≤ {worst:.1g} × the gradient at the {_against(group)} output: "
+            f"{_names(group)}")
+
+
+def _against(group: List[Explained]) -> str:
+    """Where the measured cancellation was compared: the key projection's output, or the attention's
+    where a functional attention applies the projection itself (the key module never runs)."""
+    kinds = {e.data.get("against", "key") for e in group}
+    return "key" if kinds == {"key"} else "attention" if kinds == {"attention"} else "key (or attention)"
 
 
 def _bias_norm_note(group: List[Explained]) -> str:
@@ -282,6 +323,15 @@ def _bias_norm_note(group: List[Explained]) -> str:
     return (f"{who} a zero gradient by construction: the norm subtracts the per-channel mean, "
             "bias included (a Conv/Linear right before it is usually built with bias=False); measured "
             f"‖∂L/∂b‖ ≤ {worst:.1g} × the gradient at the layer's output: {_names(group)}")
+
+
+def _shift_note(group: List[Explained]) -> str:
+    worst = max(e.data["cancelled"] for e in group)
+    who = _count(group, "bias", "biases")
+    return (f"{who} a zero gradient by construction: the output gradient of its layer sums to zero over "
+            "positions in every channel, so what follows ignores a shift shared by every position — softmax "
+            "is shift-invariant along them (attention pooling scores, attention logits) — and there is "
+            f"nothing to fix; measured ‖∂L/∂b‖ ≤ {worst:.1g} × the gradient at the layer's output: {_names(group)}")
 
 
 def _layer_scale_note(group: List[Explained]) -> str:
@@ -294,7 +344,8 @@ def _layer_scale_note(group: List[Explained]) -> str:
             f"{_names(group)}")
 
 
-_NOTES = (("key-bias", _key_bias_note), ("bias-before-norm", _bias_norm_note), ("layer-scale", _layer_scale_note))
+_NOTES = (("key-bias", _key_bias_note), ("bias-before-norm", _bias_norm_note),
+          ("shift-invariant-bias", _shift_note), ("layer-scale", _layer_scale_note))
 
 
 def notes_for(explained: List[Explained]) -> List[Problem]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_tensors, op_text
 from layerlab.probe.op_walk import back_to
 from layerlab.probe.report import Diagnosis
@@ -26,7 +28,10 @@ def _split_into_heads(ctx, t, h: int, d: int) -> bool:
     return made.outputs[0][-2:] == [h, d] and made.inputs[0].shape[-1] == h * d
 
 
-def table_for_width(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("broadcast/table-for-model-width", stage="op", on=ops.BROADCAST, order=290)
+def table_for_width(ctx) -> Optional[Diagnosis]:
+    """A per-position table (rotary cos/sin) built for the model width, applied to tensors split into heads."""
+    failed = ctx.failed_op
     tensors = [t for t in op_tensors(failed) if t.dim() > 0]
     if len(tensors) != 2:
         return None

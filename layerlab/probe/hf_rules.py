@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import loss_operands, op_at
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -45,7 +46,10 @@ def _outer_input(ctx, name: str, position: Optional[int]):
     return None, None
 
 
+@register_rule("hf/sequence-too-long", stage="input", order=30)
 def too_long(ctx) -> Optional[Diagnosis]:
+    """``input_ids`` longer than ``config.max_position_embeddings``: truncate at the model input, never a
+    bigger table."""
     config = getattr(_root(ctx), "config", None)
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     key, ids = _outer_input(ctx, "input_ids", 0)
@@ -76,7 +80,11 @@ def too_long(ctx) -> Optional[Diagnosis]:
     )
 
 
-def float_class_labels(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("hf/float-class-labels", stage="input", order=10)
+def float_class_labels(ctx) -> Optional[Diagnosis]:
+    """Class labels stored as floats: Hugging Face picked multi-label BCE for a single-label task;
+    ``labels.long()``."""
+    failed = ctx.failed_op
     if failed is None or failed.record.op not in _BCE:
         return None
     logits, target = loss_operands(failed)
@@ -116,9 +124,11 @@ def float_class_labels(ctx, failed) -> Optional[Diagnosis]:
         rule=rule)
 
 
-def one_hot_labels(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("hf/one-hot-labels", stage="input", order=20)
+def one_hot_labels(ctx) -> Optional[Diagnosis]:
     """Integer one-hot ``labels`` (N, num_labels): Hugging Face flattens them into N·num_labels class
     indices, and cross-entropy finds more targets than samples. They are class indices in one-hot form."""
+    failed = ctx.failed_op
     if failed is None or failed.record.op not in ("F.cross_entropy", "F.nll_loss"):
         return None
     config = getattr(_root(ctx), "config", None)
@@ -137,7 +147,3 @@ def one_hot_labels(ctx, failed) -> Optional[Diagnosis]:
         fix=FixStep("cast-input", "", "labels.argmax(-1)", {"arg": key, "to": "argmax:-1"}),
         alternatives=["labels.float() would switch Hugging Face to multi-label BCE: another task"],
         rule="…ForSequenceClassification: integer labels (N,) → cross-entropy; float (N, num_labels) → multi-label BCE")
-
-
-def diagnose(ctx, failed) -> Optional[Diagnosis]:
-    return float_class_labels(ctx, failed) or one_hot_labels(ctx, failed) or too_long(ctx)

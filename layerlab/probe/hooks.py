@@ -35,6 +35,7 @@ from torch.nn.parameter import is_lazy
 
 from layerlab.probe.report import CallRecord, TensorInfo
 from layerlab.probe.stats import grad_norm, tensor_stats
+from layerlab.target.bind import field_names, is_dataclass_instance
 
 
 class ProbeBug(Exception):
@@ -148,6 +149,9 @@ def _flatten_into(out: list, value: Any, name: str, depth: int) -> None:
     elif isinstance(value, dict) and value and len(value) <= 64:
         for k, v in value.items():
             _flatten_into(out, v, f"{name}[{k}]", depth + 1)
+    elif is_dataclass_instance(value):
+        for field_name in field_names(value)[:64]:
+            _flatten_into(out, getattr(value, field_name), f"{name}.{field_name}", depth + 1)
     else:
         out.append((name, value))
 

@@ -17,10 +17,15 @@ from typing import Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis
 
 
-def built_for_other_size(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("size/built-for-other-image-size", stage="refine", order=20)
+def built_for_other_size(ctx) -> Optional[Diagnosis]:
+    """A Linear after a conv stack sized for another image size: feed that size, or rebuild the model for this
+    one."""
+    found = ctx.found
     fix = found.fix
     if fix is None or fix.kind != "set-arg" or fix.params.get("name") != "in_features":
         return None

@@ -16,16 +16,44 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
+import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.layout import made
 from layerlab.probe.report import Diagnosis, FixStep
 
 
-def stack_for_cat(ctx, failed, shapes) -> Optional[Diagnosis]:
+def operand_shapes(failed) -> Optional[List[list]]:
+    """The shapes of a failed ``cat``/``stack``'s tensors (``None`` unless it joins two or more tensors)."""
+    seq = failed.args[0] if failed.args else failed.kwargs.get("tensors")
+    if not isinstance(seq, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in seq) or len(seq) < 2:
+        return None
+    return [list(t.shape) for t in seq]
+
+
+@register_rule("join/stack-for-cat", stage="op", on=ops.STACK, order=430)
+def stack_for_cat(ctx) -> Optional[Diagnosis]:
+    """``torch.stack`` of tensors whose shapes differ on exactly one dim, where a layer after it takes the
+    joined size: ``cat`` was meant."""
+    failed = ctx.failed_op
+    shapes = operand_shapes(failed)
+    return _stack_for_cat(ctx, failed, shapes) if shapes is not None else None
+
+
+@register_rule("join/squeezed-batch", stage="op", on=ops.JOINS + ops.STACK, order=431)
+def squeezed_batch(ctx) -> Optional[Diagnosis]:
+    """A cat whose lower-rank operand came from a bare ``squeeze()`` of a batch of one."""
+    failed = ctx.failed_op
+    shapes = operand_shapes(failed)
+    return _squeezed_batch(ctx, failed, shapes) if shapes is not None else None
+
+
+def _stack_for_cat(ctx, failed, shapes) -> Optional[Diagnosis]:
     record = failed.record
     if len({len(s) for s in shapes}) != 1:
         return None
@@ -65,8 +93,7 @@ def _consumer_takes(ctx, d: int, rank: int, total: int) -> bool:
     return False
 
 
-def squeezed_batch(ctx, failed, shapes) -> Optional[Diagnosis]:
-    """A cat whose lower-rank operand came from a bare ``squeeze()`` of a batch of one."""
+def _squeezed_batch(ctx, failed, shapes) -> Optional[Diagnosis]:
     record = failed.record
     for operand, shape in zip(record.inputs, shapes):
         maker = ctx.op(operand.from_op)

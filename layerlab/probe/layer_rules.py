@@ -25,10 +25,11 @@ import math
 from typing import Optional
 
 import torch
+import torch.nn as nn
 
-from layerlab.probe import groups_rules, layout as Lay, rnn_state_rules, upstream_rules
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import groups_rules, layout as Lay, upstream_rules
 from layerlab.probe.formula import explain_failure
-from layerlab.probe.op_rules import float_ids
 from layerlab.probe.report import Diagnosis, FixStep
 
 
@@ -62,7 +63,10 @@ def _size(ctx, base: str, side, made: str, attr: str, value, rule: str, expected
 
 
 # -- Linear -----------------------------------------------------------------------------------------
+@register_rule("linear/in-features", stage="module", on=(nn.Linear,), order=100)
 def linear(ctx) -> Optional[Diagnosis]:
+    """nn.Linear whose input's last dim is not ``in_features``: flatten, layout (move the features last) or
+    size."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] == m.in_features:
         return None
@@ -146,7 +150,10 @@ _SPATIAL = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 _MISSING = {1: ("length dim L", -1), 2: ("height dim H", 2), 3: ("depth dim D", 2)}
 
 
+@register_rule("conv/in-channels", stage="module", on=(nn.modules.conv._ConvNd,), order=120)
 def conv(ctx) -> Optional[Diagnosis]:
+    """A conv whose input's rank or channels do not fit: a missing dim, channels-last layout, a cat axis, or
+    the size."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor):
         return None
@@ -250,7 +257,10 @@ def formula(module, x) -> Optional[Diagnosis]:
     return Diagnosis(err.message, expected=err.expected, got=err.got, hint=err.hint, rule=err.rule, cause="size")
 
 
+@register_rule("shape/layer-arithmetic", stage="module", on=(nn.Module,), order=900)
 def shape_layer(ctx) -> Optional[Diagnosis]:
+    """explain-shape's arithmetic for conv/pool-type layers: the size that raised (kernel larger than the
+    padded input …)."""
     x = ctx.arg("input", 0)
     return formula(ctx.module, x) if isinstance(x, torch.Tensor) and ctx.module is not None else None
 
@@ -275,7 +285,9 @@ def _channel_norm(ctx, x, want: int, attr: str, name: str, rule: str) -> Optiona
     return _size(ctx, base, side, made, attr, got, rule, want, got)
 
 
+@register_rule("norm/batch-norm-features", stage="module", on=(nn.modules.batchnorm._BatchNorm,), order=190)
 def batch_norm(ctx) -> Optional[Diagnosis]:
+    """BatchNorm whose ``num_features`` is not the input's dim 1: rank, layout or size."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor):
         return None
@@ -302,7 +314,9 @@ def batch_norm(ctx) -> Optional[Diagnosis]:
     return None
 
 
+@register_rule("norm/group-norm-channels", stage="module", on=(nn.GroupNorm,), order=200)
 def group_norm(ctx) -> Optional[Diagnosis]:
+    """nn.GroupNorm whose ``num_channels`` is not the input's dim 1, or whose groups do not divide them."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[1] == m.num_channels:
         return None
@@ -310,7 +324,9 @@ def group_norm(ctx) -> Optional[Diagnosis]:
     return groups_rules.group_norm_groups(ctx, found) or found
 
 
+@register_rule("norm/layer-norm-shape", stage="module", on=(nn.LayerNorm,), order=180)
 def layer_norm(ctx) -> Optional[Diagnosis]:
+    """nn.LayerNorm whose ``normalized_shape`` is not the input's trailing dims: layout or size."""
     m, x = ctx.module, ctx.arg("input", 0)
     want = list(m.normalized_shape)
     if not isinstance(x, torch.Tensor) or _shape(x)[-len(want):] == want:
@@ -340,7 +356,9 @@ def layer_norm(ctx) -> Optional[Diagnosis]:
 
 
 # -- recurrent --------------------------------------------------------------------------------------
+@register_rule("rnn/input-size", stage="module", on=(nn.RNNBase,), order=140)
 def rnn(ctx) -> Optional[Diagnosis]:
+    """An RNN whose input's rank, layout or ``input_size`` does not fit (and its hidden state's shape)."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor):
         return None
@@ -352,8 +370,8 @@ def rnn(ctx) -> Optional[Diagnosis]:
             f"{name} expects a 3-D input {layout} or a 2-D unbatched (L, input_size), got {x.dim()}-D {shape}",
             expected=layout, got=shape, cause="rank", hint="reshape the input to 3-D", rule=rule,
         )
-    if x.shape[-1] == m.input_size:
-        return rnn_state_rules.hidden_state(ctx, m, x, ctx.arg("hx", 1))
+    if x.shape[-1] == m.input_size:  # the input fits: its state is the rule rnn/initial-state's (it ran before)
+        return None
     want, got = m.input_size, x.shape[-1]
     base = f"{name} expects last dim = input_size = {want}, got {got} (input {shape})"
     side, made = Lay.made(ctx, x)
@@ -373,33 +391,3 @@ def rnn(ctx) -> Optional[Diagnosis]:
                        [] if side else [f"set input_size={got} — only if the last dim really holds the features"])
     return _size(ctx, base, side, made, "input_size", got, rule, want, got,
                  hint=f"set input_size={got}, or project the input to {want} features")
-
-
-# -- embedding --------------------------------------------------------------------------------------
-def embedding(ctx) -> Optional[Diagnosis]:
-    m, x = ctx.module, ctx.arg("input", 0)
-    if not isinstance(x, torch.Tensor):
-        return None
-    rule = "Embedding: ids (*) integer in [0, num_embeddings) → (*, embedding_dim)"
-    if x.is_floating_point() or x.dtype == torch.bool:
-        found = float_ids(x, FixStep("cast-input", ctx.path, "x.long()", {"arg": ctx.key("input", 0), "to": "long"}),
-                          "Embedding", f"nn.Linear(in_features, {m.embedding_dim})", rule)
-        if found.fix is not None:
-            found.hint += " (in a spec: dtype: int64 with low/high)"
-        return found
-    if x.numel() == 0:
-        return None
-    lo, hi = int(x.min()), int(x.max())
-    n = m.num_embeddings
-    if lo >= 0 and hi < n:
-        return None
-    bad = hi if hi >= n else lo
-    return Diagnosis(
-        f"Embedding index {bad} out of range: num_embeddings = {n} allows ids 0..{n - 1}; "
-        f"the input's ids span {lo}..{hi}",
-        expected=f"0 ≤ id < {n}", got=bad, cause="index-range",
-        hint=(f"set num_embeddings={hi + 1} (or larger) if the vocabulary really has {hi + 1} ids, or remap the ids"
-              if bad >= n else "negative ids are never valid: remap them (padding ids must be ≥ 0)"),
-        fix=_set_arg(ctx, "num_embeddings", hi + 1) if bad >= n else None,
-        rule=rule,
-    )

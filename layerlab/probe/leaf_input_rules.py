@@ -15,12 +15,15 @@ from typing import Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis, FixStep
 
 _MESSAGE = "can only change requires_grad flags of leaf variables"
 
 
+@register_rule("autograd/input-requires-grad", stage="input", order=40)
 def input_requires_grad(ctx) -> Optional[Diagnosis]:
+    """A model sets ``requires_grad`` on a tensor made from its input, and the input itself requires grad."""
     if _MESSAGE not in str(ctx.exc) or not ctx.outer:
         return None
     _, args, kwargs = ctx.outer[0]  # the model's own call: its inputs

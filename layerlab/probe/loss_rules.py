@@ -16,6 +16,8 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
@@ -57,8 +59,11 @@ def _float_indices(logits, target, ignore_index: int, api: str, fix_at) -> Optio
     )
 
 
-def cross_entropy_op(ctx, failed) -> Optional[Diagnosis]:
-    """``F.cross_entropy(logits, target)`` / ``F.nll_loss`` called in the user's code."""
+@register_rule("loss/float-class-target", stage="op", on=ops.CLASS_LOSSES, order=480)
+def cross_entropy_op(ctx) -> Optional[Diagnosis]:
+    """``F.cross_entropy``/``F.nll_loss`` in the user's code given class indices stored as float:
+    ``target.long()`` (values that are not class indices: a description, no fix)."""
+    failed = ctx.failed_op
     record = failed.record
     logits = failed.args[0] if failed.args else failed.kwargs.get("input")
     key = 1 if len(failed.args) > 1 else "target"
@@ -68,14 +73,12 @@ def cross_entropy_op(ctx, failed) -> Optional[Diagnosis]:
     return _float_indices(logits, target, ignore, f"{record.op}{op_at(record)}", (fix, op_at(record)))
 
 
+@register_rule("loss/float-class-target-module", stage="module", on=(nn.CrossEntropyLoss, nn.NLLLoss), order=260)
 def cross_entropy_module(ctx) -> Optional[Diagnosis]:
-    """``nn.CrossEntropyLoss()(logits, target)`` / ``nn.NLLLoss``."""
+    """``nn.CrossEntropyLoss``/``nn.NLLLoss`` given class indices stored as float: ``target.long()``."""
     m = ctx.module
     logits, target = ctx.arg("input", 0), ctx.arg("target", 1)
     fix = FixStep("cast-input", ctx.path, "target.long()", {"arg": ctx.key("target", 1), "to": "long"})
     return _float_indices(logits, target, getattr(m, "ignore_index", -100),
                           f"{ctx.path or '(root)'} ({type(m).__name__})", (fix, f" before {ctx.path or 'the loss'}"))
 
-
-MODULES = ((nn.CrossEntropyLoss, nn.NLLLoss), cross_entropy_module)
-OPS = ("F.cross_entropy", "F.nll_loss")

@@ -32,6 +32,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import loss_operands, op_at, op_site
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
@@ -167,8 +169,11 @@ def bce(logits, target, api: str, fix: FixMaker) -> Optional[Diagnosis]:
     return None
 
 
-def loss_op(ctx, failed) -> Optional[Diagnosis]:
-    """``F.cross_entropy``/``F.nll_loss``/BCE called in the user's code (or a library's)."""
+@register_rule("loss/target-shape", stage="op", on=ops.CLASS_LOSSES + ops.BCE_LOSSES, order=481)
+def loss_op(ctx) -> Optional[Diagnosis]:
+    """``F.cross_entropy``/``F.nll_loss``/BCE whose target's shape does not fit the logits (classes on the
+    last axis, one-hot or integer targets where the loss wants the other, a smaller map, another batch)."""
+    failed = ctx.failed_op
     record = failed.record
     logits, target = loss_operands(failed)
     api = f"{record.op}{op_at(record)}"
@@ -177,14 +182,15 @@ def loss_op(ctx, failed) -> Optional[Diagnosis]:
     return cross_entropy(ctx, logits, target, api, _op_fixes(record))
 
 
+@register_rule("loss/target-shape-module", stage="module",
+               on=(nn.CrossEntropyLoss, nn.NLLLoss, nn.BCEWithLogitsLoss, nn.BCELoss),
+               order=270)
 def loss_module(ctx) -> Optional[Diagnosis]:
-    """``nn.CrossEntropyLoss``/``nn.NLLLoss``/``nn.BCEWithLogitsLoss``/``nn.BCELoss`` as a submodule."""
+    """``nn.CrossEntropyLoss``/``nn.NLLLoss``/``nn.BCEWithLogitsLoss``/``nn.BCELoss`` (a submodule) whose
+    target's shape does not fit the logits."""
     m = ctx.module
     logits, target = ctx.arg("input", 0), ctx.arg("target", 1)
     api = f"{ctx.path or '(root)'} ({type(m).__name__})"
     if isinstance(m, (nn.BCEWithLogitsLoss, nn.BCELoss)):
         return bce(logits, target, api, _module_fixes(ctx))
     return cross_entropy(ctx, logits, target, api, _module_fixes(ctx))
-
-
-MODULES = ((nn.CrossEntropyLoss, nn.NLLLoss, nn.BCEWithLogitsLoss, nn.BCELoss), loss_module)

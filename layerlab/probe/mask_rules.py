@@ -24,6 +24,8 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
@@ -95,7 +97,9 @@ def mask_dtype(mask, label: str, convention: str, where: str, arg, api: str, flo
     )
 
 
+@register_rule("attention/mha-contract", stage="module", on=(nn.MultiheadAttention,), order=160)
 def mha(ctx) -> Optional[Diagnosis]:
+    """nn.MultiheadAttention's contract: mask dtypes and shapes, ``batch_first``, query/key/value sizes."""
     m: nn.MultiheadAttention = ctx.module
     q, k, v = ctx.arg("query", 0), ctx.arg("key", 1), ctx.arg("value", 2)
     if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
@@ -269,6 +273,9 @@ _TRANSFORMER_MASKS = ("mask", "src_mask", "src_key_padding_mask", "tgt_mask", "m
                       "tgt_key_padding_mask", "memory_key_padding_mask")
 
 
+@register_rule("mask/transformer-integer-mask", stage="module",
+               on=(nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder, nn.TransformerEncoderLayer,
+                   nn.TransformerDecoderLayer), order=170)
 def transformer_masks(ctx) -> Optional[Diagnosis]:
     """nn.Transformer / TransformerEncoder(Layer) / TransformerDecoder(Layer) given an integer mask:
     they check the masks' dtype themselves, before any attention runs."""
@@ -295,7 +302,10 @@ def _replace(found: Optional[Diagnosis], record, arg) -> Optional[Diagnosis]:
     return found
 
 
-def masked_fill(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("mask/masked-fill-dtype", stage="op", on=ops.MASKED_FILL, order=440)
+def masked_fill(ctx) -> Optional[Diagnosis]:
+    """``masked_fill`` given a non-bool mask: its conversion, from what the mask's 1s mean."""
+    failed = ctx.failed_op
     if "boolean" not in str(failed.exc):
         return None
     mask = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("mask")
@@ -307,7 +317,10 @@ def masked_fill(ctx, failed) -> Optional[Diagnosis]:
     return found
 
 
-def sdpa(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("mask/sdpa-mask", stage="op", on=ops.SDPA, order=450)
+def sdpa(ctx) -> Optional[Diagnosis]:
+    """``F.scaled_dot_product_attention``'s ``attn_mask``: dtype, convention (True = take part) and shape."""
+    failed = ctx.failed_op
     mask = failed.kwargs.get("attn_mask", failed.args[3] if len(failed.args) > 3 else None)
     record = failed.record
     if not isinstance(mask, torch.Tensor):

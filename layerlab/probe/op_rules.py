@@ -1,6 +1,7 @@
 """Why an op of the user's own code raised: view/reshape, cat/stack, broadcasting arithmetic,
-matmul/bmm/einsum, operands of mixed dtypes, float or out-of-range indices, and attention masks
-(whose rules live in :mod:`layerlab.probe.mask_rules`; :func:`diagnose_op` dispatches to them).
+matmul/bmm, operands of mixed dtypes, float or out-of-range indices (einsum, masks and losses have
+modules of their own). Each is registered in :mod:`layerlab.engine.rule_registry` with the torch
+callables it explains (:mod:`layerlab.probe.op_triggers`); the registry runs them in order.
 
 Each rule reads the failing op's *live* arguments (kept by the op trace while the failure is
 diagnosed), says what clashed with the shapes aligned, where the offending tensor came from, and —
@@ -12,45 +13,31 @@ from __future__ import annotations
 
 import math
 import re
-from typing import List, Optional
+from typing import Optional
 
 import torch
 
-from layerlab.probe import batch_axis_rules, join_rules, loss_rules, loss_shape_rules, window_rules
-from layerlab.probe.einsum_rules import einsum
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
+from layerlab.probe import join_rules
 from layerlab.probe.context import op_at as _at, op_site as _site, op_tensors, op_text
 from layerlab.probe.hooks import dtype_name
-from layerlab.probe.mask_rules import masked_fill, sdpa
 from layerlab.probe.report import Diagnosis, FixStep
 from layerlab.probe.table_rules import table_too_short
-
-_BROADCAST = {"add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "pow", "where",
-              "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "add_", "sub_", "mul_", "div_",
-              "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
-              "__iadd__", "__isub__", "__imul__", "__itruediv__", "rsub", "atan2", "hypot", "logical_and",
-              "logical_or", "bitwise_and", "bitwise_or", "masked_fill_", "expand_as", "copy_"}
-_MATMUL = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "baddbmm", "addmm", "F.linear"}
-_INDEX = {"gather", "index_select", "__getitem__", "take_along_dim", "F.embedding", "index_add", "scatter",
-          "scatter_add", "scatter_", "index_put_"}
+from layerlab.probe.window_rules import requested_shape
 
 
 # -- view / reshape ---------------------------------------------------------------------------------
-def _requested(failed) -> Optional[List[int]]:
-    sizes = list(failed.args[1:]) or list(failed.kwargs.get("shape", failed.kwargs.get("size", [])) or [])
-    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
-        sizes = list(sizes[0])
-    try:
-        return [int(s) for s in sizes]
-    except (TypeError, ValueError):
-        return None
-
-
-def view(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("view/new-shape", stage="op", on=ops.VIEWS, order=420)
+def view(ctx) -> Optional[Diagnosis]:
+    """``view``/``reshape`` whose new shape does not fit: a non-contiguous input (use ``reshape``) or the
+    wrong element count."""
+    failed = ctx.failed_op
     x = failed.args[0] if failed.args and isinstance(failed.args[0], torch.Tensor) else None
     record = failed.record
     if x is None:
         return None
-    wanted = _requested(failed)
+    wanted = requested_shape(failed)
     message = str(failed.exc)
     if "stride" in message and record.op == "view":
         maker = _non_contiguous_maker(ctx, x)
@@ -112,7 +99,10 @@ def _non_contiguous_maker(ctx, x):
 
 
 # -- cat / stack ------------------------------------------------------------------------------------
-def cat(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("join/cat-sizes", stage="op", on=ops.JOINS + ops.STACK, order=432)
+def cat(ctx) -> Optional[Diagnosis]:
+    """``cat``/``stack`` whose operands' sizes clash: the dim to join along, or which sizes differ."""
+    failed = ctx.failed_op
     record = failed.record
     seq = failed.args[0] if failed.args else failed.kwargs.get("tensors")
     if not isinstance(seq, (list, tuple)) or not all(isinstance(t, torch.Tensor) for t in seq) or len(seq) < 2:
@@ -120,10 +110,6 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
     shapes = [list(t.shape) for t in seq]
     dim = failed.args[1] if len(failed.args) > 1 else failed.kwargs.get("dim", 0)
     named = [(f"tensors[{i}]", t) for i, t in enumerate(seq)]
-    joined = (join_rules.stack_for_cat(ctx, failed, shapes) if record.op == "stack" else None) \
-        or join_rules.squeezed_batch(ctx, failed, shapes)
-    if joined is not None:
-        return joined
     if record.op == "stack":
         bad = next(i for i, s in enumerate(shapes) if s != shapes[0])
         return Diagnosis(
@@ -163,7 +149,11 @@ def cat(ctx, failed) -> Optional[Diagnosis]:
 
 
 # -- broadcasting -----------------------------------------------------------------------------------
-def broadcast(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("broadcast/sizes", stage="op", on=ops.BROADCAST + ops.MASKED_FILL, order=490)
+def broadcast(ctx) -> Optional[Diagnosis]:
+    """Elementwise operands that do not broadcast: the clashing dims aligned from the right, and the layer to
+    resize."""
+    failed = ctx.failed_op
     tensors = [t for t in op_tensors(failed) if t.dim() > 0]
     if len(tensors) < 2 or "size" not in str(failed.exc):
         return None
@@ -237,7 +227,10 @@ def _branch_width_fix(ctx, a, b, dim: int):
 
 
 # -- matmul -----------------------------------------------------------------------------------------
-def matmul(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("matmul/inner-dims", stage="op", on=ops.MATMUL, order=460)
+def matmul(ctx) -> Optional[Diagnosis]:
+    """matmul/bmm/F.linear whose inner or batch dims clash: which operand to transpose, when the sizes say so."""
+    failed = ctx.failed_op
     tensors = op_tensors(failed)
     record = failed.record
     if record.op in ("baddbmm", "addmm"):
@@ -262,8 +255,8 @@ def matmul(ctx, failed) -> Optional[Diagnosis]:
     if a.dim() < 2 or b.dim() < 2:
         return None
     k, k2 = a.shape[-1], b.shape[-2]
-    if k == k2:
-        return batch_axis_rules.seq_first_operand(ctx, failed, a, b) or _batch_dims(ctx, record, a, b)
+    if k == k2:  # (a seq-first operand of bmm: the rule batch/seq-first-operand ran before)
+        return _batch_dims(ctx, record, a, b)
     named = [("a", a), ("b", b)]
     base = (f"`{op_text(record)}`{_at(record)} multiplies a {list(a.shape)} by b {list(b.shape)}: "
             f"a's last dim ({k}) must equal b's second-to-last ({k2}); " + ctx.origins(named))
@@ -299,7 +292,10 @@ def _batch_dims(ctx, record, a, b) -> Optional[Diagnosis]:
 
 
 # -- indices, dtypes ---------------------------------------------------------------------------------
-def index(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("index/out-of-range", stage="op", on=ops.INDEX, order=485)
+def index(ctx) -> Optional[Diagnosis]:
+    """An index op given float ids or indices out of range: the range they span against the valid one."""
+    failed = ctx.failed_op
     message = str(failed.exc)
     record = failed.record
     tensors = op_tensors(failed)
@@ -357,9 +353,11 @@ def float_ids(x: torch.Tensor, fix: FixStep, api: str, linear: str, rule: str) -
     )
 
 
-def dtypes(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("dtype/mixed-operands", stage="op", order=400)
+def dtypes(ctx) -> Optional[Diagnosis]:
     """Floating operands of different dtypes (float64 from numpy meets float32 weights). The
     parameters, and what the model's layers made, set the dtype; the odd operand is converted."""
+    failed = ctx.failed_op
     if "type" not in str(failed.exc):  # torch: "same dtype", "scalar type Float", "Input type (double)"
         return None
     named = [(i, t) for i, t in enumerate(failed.args) if isinstance(t, torch.Tensor) and t.is_floating_point()]
@@ -383,32 +381,3 @@ def dtypes(ctx, failed) -> Optional[Diagnosis]:
              f".to(torch.{dtype_name(t.dtype)}))",
         fix=FixStep("replace-op", record.source or "", code, _site(record, arg=i, to=want)), rule=rule,
     )
-
-
-def diagnose_op(ctx, failed) -> Optional[Diagnosis]:
-    """The rule for the op that raised (``None`` when none applies)."""
-    found = dtypes(ctx, failed)
-    if found is not None:
-        return found
-    name = failed.record.op.lstrip("_").rstrip("_") if failed.record.op.startswith("__") else failed.record.op
-    op = failed.record.op
-    if op in ("view", "reshape", "view_as"):
-        return window_rules.partition(failed, _requested(failed)) or view(ctx, failed)
-    if op in ("cat", "concat", "concatenate", "stack"):
-        return cat(ctx, failed)
-    if op in ("masked_fill", "masked_fill_"):
-        return masked_fill(ctx, failed) or broadcast(ctx, failed)
-    if op == "F.scaled_dot_product_attention":
-        return sdpa(ctx, failed)
-    if op in _MATMUL:
-        return matmul(ctx, failed)
-    if op == "einsum":
-        return einsum(ctx, failed)
-    if op in loss_rules.OPS or op in loss_shape_rules.BCE:
-        return (loss_rules.cross_entropy_op(ctx, failed) if op in loss_rules.OPS else None) \
-            or loss_shape_rules.loss_op(ctx, failed)
-    if op in _INDEX:
-        return index(ctx, failed)
-    if op in _BROADCAST or name in _BROADCAST:
-        return broadcast(ctx, failed)
-    return None

@@ -14,15 +14,18 @@ from typing import Optional
 
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis
 
 #: The size arguments of a layer's *input* (what a size rule's fix sets).
 _INPUT_SIZES = ("in_features", "in_channels", "num_features", "input_size", "embed_dim", "normalized_shape")
 
 
-def call_order(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("order/sibling-call-order", stage="refine", order=10)
+def call_order(ctx) -> Optional[Diagnosis]:
     """Replace ``found`` (a resize of the failing layer's input size) when an earlier sibling that has
     not run yet takes the size the input has: the container is indexed in the wrong order."""
+    found = ctx.found
     fix = found.fix
     if fix is None or fix.kind != "set-arg" or fix.params.get("name") not in _INPUT_SIZES or not ctx.path:
         return None

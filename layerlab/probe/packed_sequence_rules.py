@@ -13,13 +13,18 @@ from typing import Optional
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at
 from layerlab.probe.report import Diagnosis
 
 _OPS = {"_pack_padded_sequence", "pack_padded_sequence"}
 
 
-def packed(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("rnn/pack-padded-lengths", stage="op", on=ops.PACK, order=220)
+def packed(ctx) -> Optional[Diagnosis]:
+    """``pack_padded_sequence`` with unsorted lengths or lengths on an accelerator: ``enforce_sorted=False``."""
+    failed = ctx.failed_op
     record = failed.record
     if record.op not in _OPS:
         return None

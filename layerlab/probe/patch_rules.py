@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis, FixStep
 
 
@@ -32,7 +33,11 @@ def _unfold_patch_size(ctx, record) -> Optional[int]:
     return call.tensor_inputs[0].shape[1] * kernel
 
 
-def unfold_features(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("layout/unfold-patch-features", stage="refine", order=60)
+def unfold_features(ctx) -> Optional[Diagnosis]:
+    """A Linear after ``nn.Unfold`` + ``transpose(1, 2)`` sized for the wrong patch vector: ``in_features`` =
+    C·∏kernel."""
+    found = ctx.found
     if found.cause != "ambiguous" or not isinstance(ctx.module, nn.Linear):
         return None
     x = ctx.arg("input", 0)

@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import op_at
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -30,8 +31,10 @@ from layerlab.probe.report import Diagnosis, FixStep
 _STEPS = 6
 
 
-def mask_before_prefix(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("mask/mask-before-prefix-token", stage="refine", order=40)
+def mask_before_prefix(ctx) -> Optional[Diagnosis]:
     """Refine MultiheadAttention's "key_padding_mask must be (N, S)" when a ``cat`` added the extra keys."""
+    found = ctx.found
     m = ctx.module
     if not isinstance(m, nn.MultiheadAttention) or found.cause != "mask-shape" \
             or not found.message.startswith("key_padding_mask"):

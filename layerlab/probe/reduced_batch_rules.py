@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site, op_tensors, op_text
 from layerlab.probe.layout import model_batch
 from layerlab.probe.op_walk import back_to
@@ -30,7 +32,12 @@ def _dim(record) -> Optional[int]:
     return value if isinstance(value, int) else None
 
 
-def reduced_batch(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("batch/reduced-over-batch", stage="op", order=250)
+def reduced_batch(ctx) -> Optional[Diagnosis]:
+    """A reduction over dim 0 consumed the batch; seen where its result meets a per-sample tensor."""
+    failed = ctx.failed_op
+    if ops.matches(failed.func, ops.JOINS):  # a cat's operands are the join rules' (they ran before)
+        return None
     tensors = op_tensors(failed)
     if len(tensors) < 2 or "size" not in str(failed.exc).lower():
         return None

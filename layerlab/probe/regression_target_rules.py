@@ -15,14 +15,21 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import loss_operands, op_at, op_site
 from layerlab.probe.report import Diagnosis, FixStep
 
 OPS = ("F.mse_loss", "F.l1_loss", "F.smooth_l1_loss", "F.huber_loss")
 
 
-def trailing_axis(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("loss/regression-target-trailing-axis", stage="op",
+               on=(F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss),
+               order=320)
+def trailing_axis(ctx) -> Optional[Diagnosis]:
+    """A regression target with a trailing size-1 feature axis: ``y.squeeze(-1)``."""
+    failed = ctx.failed_op
     record = failed.record
     if record.op not in OPS:
         return None

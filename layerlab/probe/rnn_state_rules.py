@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe import layout as Lay
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -45,6 +46,16 @@ def state_from_module(ctx, m: nn.RNNBase, label: str, state, want: list, got: li
         alternatives=[f"a bridge nn.Linear({got[2]}, {want[2]}) (and tanh) applied to {label}"],
         rule=f"{name}: {label} [num_layers·D, N, H] with H = hidden_size",
     )
+
+
+@register_rule("rnn/initial-state", stage="module", on=(nn.RNNBase,), order=135)
+def initial_state(ctx) -> Optional[Diagnosis]:
+    """An RNN whose input fits (``input_size`` last, 2-D or 3-D) but whose initial state ``h0``/``(h0, c0)``
+    does not: batched like batch-first data, transposed, a wrong size, or another module's state."""
+    m, x = ctx.module, ctx.arg("input", 0)
+    if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3) or x.shape[-1] != m.input_size:
+        return None
+    return hidden_state(ctx, m, x, ctx.arg("hx", 1))
 
 
 def hidden_state(ctx, m: nn.RNNBase, x: torch.Tensor, hx) -> Optional[Diagnosis]:

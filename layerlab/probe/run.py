@@ -13,8 +13,10 @@ The report keeps shapes, dtypes, devices, ``grad_fn`` and small statistics of ev
 call's inputs and outputs, gradient norms after a backward pass, formula checks for conv/pool-type
 layers and, when the forward or backward raises, the failing call with an explanation. It never
 keeps the activations. Hooks are removed, every submodule's train/eval flag restored and every
-buffer (BatchNorm's running statistics) put back on the way out, also when the model raises. A
-failure is re-run on copies of the model (see :mod:`layerlab.probe.verify_fix`), never on it.
+buffer (BatchNorm's running statistics) put back on the way out, also when the model raises
+(before the diagnosis, which re-runs copies of the model: :mod:`layerlab.probe.verify_fix`, never
+the model itself); the entry point's snapshot then puts back everything else a run may touch —
+tensor hooks, ``.grad``, inputs written in place, RNGs, global flags (:mod:`layerlab.target.no_trace`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from layerlab.errors import UsageError
+from layerlab.target.entry import entry_point
 
 __all__ = ["inspect"]
 
 
+@entry_point("inspect")
 def inspect(
     module: Any,
     *inputs: Any,
@@ -43,6 +47,7 @@ def inspect(
     fix: bool = True,
     meta: bool = False,
     probes: Optional[Sequence[Any]] = None,
+    silent: bool = True,
     **kwargs: Any,
 ):
     """Run ``module(*inputs, **kwargs)`` (and a backward pass) with probes; return the report.
@@ -53,7 +58,8 @@ def inspect(
         backward (bool, optional): also run backward. Default: ``True``.
         loss (callable, optional): ``loss(output) -> scalar tensor``. Default: a seeded random
             projection of every differentiable output, scaled so the output gradient has norm 1
-            (see :mod:`layerlab.probe.backward`).
+            (see :mod:`layerlab.probe.backward`). A loss that raises is a failure of phase ``"loss"``,
+            diagnosed and fixed like a forward failure (see :mod:`layerlab.probe.loss_failure`).
         seed (int, optional): seed of that projection and of the global RNG during the run (so
             dropout masks are reproducible); the global RNG state is restored afterwards.
             ``None`` leaves the RNG alone (and draws the projection from seed 0). Default: ``0``.
@@ -66,7 +72,7 @@ def inspect(
             ones above.
         ops (bool, optional): also record every torch function and tensor method the model's own
             code calls (``report.ops``; see :mod:`layerlab.probe.ops`). Default: ``False``.
-        fix (bool, optional): when the forward raises, re-run it on a copy of the model to find
+        fix (bool, optional): when the forward (or the loss) raises, re-run it on a copy of the model to find
             where the offending input came from, and apply the suggested fix to another copy to
             check that the model then runs (``failure.diagnosis.verified``). Default: ``True``.
         meta (bool, optional): a shape-only dry run on meta twins of the model and inputs (the
@@ -78,6 +84,9 @@ def inspect(
             :class:`~layerlab.probe.probes.base.Probe`, or a callable ``(module, inputs, output) ->
             dict`` run on every module call); results in ``report.probes`` (see
             :mod:`layerlab.probe.probes`). Default: none (no cost).
+        silent (bool, optional): look for silent bugs (a view that interleaves axes, a softmax
+            over the batch, ...) from the axis provenance of the forward; warnings with a
+            ``silent/…`` code (see :mod:`layerlab.engine.silent`). Default: ``True``.
         **kwargs: keyword arguments for forward (``attn_mask=…``).
 
     Returns:
@@ -86,8 +95,9 @@ def inspect(
     """
     import torch
 
-    from layerlab.probe.buffers import SavedBuffers
+    from layerlab.target.buffers import SavedBuffers
     from layerlab.probe.hooks import ProbeBug, Recorder
+    from layerlab import faults
     from layerlab.target.seeding import seeded
 
     from layerlab.arguments import check_module, check_not_meta, check_seed
@@ -114,6 +124,13 @@ def inspect(
         from layerlab.probe.ops import OpTrace
 
         trace = recorder.trace = OpTrace(recorder)
+    watcher = provenance = None
+    if silent and not meta:  # axis provenance of the real forward (layerlab.engine.silent_check)
+        from layerlab.engine.silent_check import watch
+
+        watcher = watch(module, inputs, fwd_kwargs)
+        if watcher is not None and trace is None:
+            recorder.trace = watcher  # the recorder pauses it while its hooks compute statistics
     failure = None
     raised = None
     timing: Dict[str, float] = {}
@@ -128,13 +145,15 @@ def inspect(
         for probe in probe_list:
             probe.attach(probe_run)
         with seeded(seed, module, [*inputs, *fwd_kwargs.values()]):
+            faults.step("forward")
             start = time.perf_counter()
             try:
                 # on meta, tensors the forward makes without device= are made on meta too, as they
                 # would be on the model's device in a real run
                 with trace if trace is not None else contextlib.nullcontext(), \
                         torch.device("meta") if meta else contextlib.nullcontext(), \
-                        probe_run.around_forward() if probe_run is not None else contextlib.nullcontext():
+                        probe_run.around_forward() if probe_run is not None else contextlib.nullcontext(), \
+                        watcher if watcher is not None else contextlib.nullcontext():
                     output = module(*inputs, **fwd_kwargs)
             except ProbeBug as bug:
                 raise bug.original from None
@@ -146,12 +165,18 @@ def inspect(
                     raised = exc, failure.call, recorder.live.get(failure.call, ((), {}))
                 output = None
             timing["forward_s"] = time.perf_counter() - start
+            if failure is None and watcher is not None:
+                from layerlab.engine.silent_check import seen
+
+                provenance = seen(watcher, output)
             if failure is None:
                 for probe in probe_list:
                     probe.after_forward(probe_run, output)
             if backward and failure is None:
+                faults.step("backward")
                 start = time.perf_counter()
-                back, failure = _backward(module, output, [*inputs, *fwd_kwargs.values()], recorder, loss, seed or 0)
+                back, failure = _backward(module, output, [*inputs, *fwd_kwargs.values()], recorder, loss, seed or 0,
+                                          trace)
                 timing["backward_s"] = time.perf_counter() - start
                 if failure is None and back["info"].ran:
                     for probe in probe_list:
@@ -166,9 +191,18 @@ def inspect(
                 m.training = flag
         buffers.restore()
     if raised is not None:
+        faults.step("while diagnosing the failure (re-running copies of the model)")
         start = time.perf_counter()
         _explain(failure, raised, recorder, trace, module, inputs, fwd_kwargs, seed, mode, fix,
                  timing["forward_s"])
+        timing["diagnosis_s"] = time.perf_counter() - start
+    elif back is not None and back.get("loss_exc") is not None:  # the loss raised: the forward's machinery
+        from layerlab.probe.loss_failure import explain as explain_loss
+
+        faults.step("while diagnosing the loss's failure (re-running copies of the model)")
+        start = time.perf_counter()
+        explain_loss(failure, back.pop("loss_exc"), module, inputs, fwd_kwargs, seed, mode, loss, fix, trace,
+                     timing["forward_s"])
         timing["diagnosis_s"] = time.perf_counter() - start
     start = time.perf_counter()
     report = _assemble(module, recorder, used_mode, failure, back, backward, vanish, explode, meta)
@@ -176,12 +210,19 @@ def inspect(
         from layerlab.probe.meta import estimate, explain_meta_failure
 
         report.memory = estimate(recorder, module)
-        explain_meta_failure(failure)
+        if failure is not None and failure.phase != "loss":  # a loss's failure on meta: see loss_failure
+            explain_meta_failure(failure)
     report.ops = trace.records if trace is not None else None
     if not meta and failure is None and not any(getattr(p, "name", "") == "init" for p in probe_list):
         from layerlab.probe.probes.init_findings import add_init_findings  # weights + stats: no hooks
 
         add_init_findings(report, module)  # the short form of --probe init
+    if provenance is not None:
+        from layerlab.engine.silent_check import findings
+
+        silent_start = time.perf_counter()
+        report.problems += findings(provenance, module, inputs, fwd_kwargs)
+        timing["silent_s"] = time.perf_counter() - silent_start
     if probe_list:
         _probe_results(report, probe_list, timing)
     timing["report_s"] = time.perf_counter() - start
@@ -286,13 +327,19 @@ def _explain(failure, raised, recorder, trace, module, inputs, kwargs, seed, mod
     failure.origins = [ctx.origin(name, t) for name, t in named[:4]]
     if fix and diagnosis is not None and diagnosis.fix is not None:
         budget = min(max(_VERIFY_FACTOR * forward_s, _VERIFY_MIN_S), _VERIFY_MAX_S)
-        diagnosis.verified = verify(module, inputs, kwargs, seed, mode, diagnosis, budget)
+        diagnosis.verified = verify(module, inputs, kwargs, seed, mode, diagnosis, budget, ctx=ctx)
+    elif fix and diagnosis is None:  # no rule recognises it: the fix search, judged by the oracles
+        from layerlab.probe.fix_judging import search_diagnosis
+
+        failure.diagnosis = search_diagnosis(module, inputs, kwargs, seed, mode, ctx)
 
 
-def _backward(module, output, inputs, recorder, loss, seed):
-    """Run backward; return ``(state, failure)`` where state holds what the report needs."""
+def _backward(module, output, inputs, recorder, loss, seed, trace=None):
+    """Run backward; return ``(state, failure)`` where state holds what the report needs (and, when the
+    user's loss raised, its exception as ``loss_exc``, for :mod:`layerlab.probe.loss_failure`)."""
     from layerlab.probe.backward import differentiable_outputs, grad_targets, run_backward
     from layerlab.probe.hooks import ProbeBug
+    from layerlab.probe.loss_failure import LossRaised, loss_failure
     from layerlab.probe.report import BackwardInfo
 
     named = list(module.named_parameters())
@@ -310,10 +357,14 @@ def _backward(module, output, inputs, recorder, loss, seed):
         state["info"].skipped = "nothing to differentiate: no trainable parameter and no input with requires_grad"
         return state, None
     try:
-        value, grads, description = run_backward(output, targets, loss=loss, seed=seed, outs=outs)
+        value, grads, description = run_backward(output, targets, loss=loss, seed=seed, outs=outs, trace=trace)
     except ProbeBug as bug:
         raise bug.original from None
-    except Exception as exc:  # autograd (or the user's loss) raised
+    except LossRaised as raised:  # the user's loss raised: diagnosed after the hooks are gone
+        state["loss_exc"] = raised.original
+        state["info"].skipped = "the loss raised"
+        return state, loss_failure(raised.original, _message(raised.original))
+    except Exception as exc:  # autograd's backward raised
         return state, _backward_failure(recorder, exc, loss)
     state["info"] = BackwardInfo(ran=True, loss=description, loss_value=value)
     state["grads"] = {name: g for (name, _), g in zip(params, grads)}
@@ -324,7 +375,7 @@ def _backward_failure(recorder, exc: BaseException, loss):
     """Blame the innermost call whose output got its gradient but whose inputs did not."""
     from layerlab.probe.report import Failure
 
-    failure = Failure(phase="backward" if loss is None else "backward (or the loss)",
+    failure = Failure(phase="backward",
                       exception=type(exc).__name__, message=_message(exc))
     arrived = set(recorder.grad_order)
     candidates = []

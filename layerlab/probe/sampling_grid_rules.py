@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from typing import Optional
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.report import Diagnosis, FixStep
 
 
-def grid_layout(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("layout/grid-channels-first", stage="op", on=ops.GRID_SAMPLE, order=210)
+def grid_layout(ctx) -> Optional[Diagnosis]:
+    """``F.grid_sample`` given a channels-first (N, 2, H, W) flow field as its (N, H, W, 2) grid."""
+    failed = ctx.failed_op
     if failed.record.op != "F.grid_sample" or len(failed.args) < 2:
         return None
     image, grid = failed.args[0], failed.args[1]

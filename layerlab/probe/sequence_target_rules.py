@@ -23,6 +23,8 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import loss_operands, op_at
 from layerlab.probe.hooks import dtype_name
 from layerlab.probe.report import Diagnosis, FixStep
@@ -31,8 +33,11 @@ _OPS = ("F.cross_entropy", "F.nll_loss")
 _RULE = "cross_entropy: logits (N, C) for a target (N,) of class indices; (N, C, T) for a target (N, T)"
 
 
-def per_step_logits(ctx, failed) -> Optional[Diagnosis]:
-    """``F.cross_entropy(logits (N, T, C), target (N,))`` in the user's code."""
+@register_rule("loss/per-step-logits", stage="op", on=ops.CLASS_LOSSES, order=500)
+def per_step_logits(ctx) -> Optional[Diagnosis]:
+    """``F.cross_entropy(logits (N, T, C), target (N,))`` in the user's code: logits per step for one label
+    per sequence; ``fc(out[:, -1])`` (or the last real step of a padded batch)."""
+    failed = ctx.failed_op
     record = failed.record
     if record.op not in _OPS:
         return None
@@ -40,8 +45,9 @@ def per_step_logits(ctx, failed) -> Optional[Diagnosis]:
     return _diagnose(ctx, logits, target, f"{record.op}{op_at(record)}")
 
 
+@register_rule("loss/per-step-logits-module", stage="module", on=(nn.CrossEntropyLoss, nn.NLLLoss), order=280)
 def per_step_logits_module(ctx) -> Optional[Diagnosis]:
-    """``nn.CrossEntropyLoss()(logits (N, T, C), target (N,))``."""
+    """``nn.CrossEntropyLoss()(logits (N, T, C), target (N,))``: logits per step for one label per sequence."""
     if not isinstance(ctx.module, (nn.CrossEntropyLoss, nn.NLLLoss)):
         return None
     return _diagnose(ctx, ctx.arg("input", 0), ctx.arg("target", 1),

@@ -25,13 +25,16 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis, FixStep
 
 _STEPS = 4
 
 
-def pad_short_ids(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("size/short-token-ids", stage="refine", order=50)
+def pad_short_ids(ctx) -> Optional[Diagnosis]:
     """Refine "the kernel does not fit in the padded input" of a Conv1d fed token embeddings."""
+    found = ctx.found
     conv = ctx.module
     if not isinstance(conv, nn.Conv1d) or "kernel does not fit" not in found.message:
         return None

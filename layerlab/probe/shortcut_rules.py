@@ -25,6 +25,7 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import op_at, op_text
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -33,8 +34,10 @@ _ADDS = {"add", "__add__", "__radd__", "add_", "__iadd__"}
 _KEEP_SIZE = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.ReLU, nn.Identity, nn.Dropout)
 
 
-def strided_shortcut(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("residual/strided-shortcut", stage="op", order=110)
+def strided_shortcut(ctx) -> Optional[Diagnosis]:
     """``out + identity`` at the op that raised, the shortcut 1×1 conv missing the main branch's stride."""
+    failed = ctx.failed_op
     record = failed.record
     if record.op not in _ADDS:
         return None

@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import op_tensors
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -48,7 +49,11 @@ def _runs_resized(ctx, call, width) -> bool:
     return True
 
 
-def sibling_heads(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("heads/sibling-head-width", stage="op", order=300)
+def sibling_heads(ctx) -> Optional[Diagnosis]:
+    """Two heads on one input whose widths clash (a VAE's mu/logvar): resize the one whose change makes the
+    model run."""
+    failed = ctx.failed_op
     tensors = [t for t in op_tensors(failed) if isinstance(t, torch.Tensor) and t.dim() > 0]
     if len(tensors) < 2 or "must match the size" not in str(failed.exc):
         return None

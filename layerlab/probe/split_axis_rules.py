@@ -24,14 +24,17 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.context import op_at, op_site, op_text
 from layerlab.probe.report import Diagnosis, FixStep
 
 _STEPS = 8
 
 
-def chunked_batch(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("batch/chunked-batch", stage="refine", order=30)
+def chunked_batch(ctx) -> Optional[Diagnosis]:
     """Refine a "batch-axis" diagnosis whose input was cut from a ``chunk`` along dim 0."""
+    found = ctx.found
     x = ctx.args[0] if ctx.args else None
     if found.cause != "batch-axis" or not isinstance(ctx.module, nn.Linear) or not isinstance(x, torch.Tensor):
         return None

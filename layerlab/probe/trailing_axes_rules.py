@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.report import Diagnosis, FixStep
 
@@ -27,7 +29,11 @@ def _operand_name(code: Optional[str], position: int) -> Optional[str]:
     return found.group(position + 1) if found else None
 
 
-def missing_trailing_axes(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("broadcast/missing-trailing-axes", stage="op", on=ops.BROADCAST, order=260)
+def missing_trailing_axes(ctx) -> Optional[Diagnosis]:
+    """A lower-rank operand matching the other's leading dims lacks trailing size-1 axes (``t[:, :, None,
+    None]``)."""
+    failed = ctx.failed_op
     args = [(i, a) for i, a in enumerate(failed.args[:2]) if hasattr(a, "shape") and a.dim() > 0]
     if len(args) != 2:
         return None

@@ -20,6 +20,8 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at, op_site
 from layerlab.probe.layout import operand_side
 from layerlab.probe.report import Diagnosis, FixStep
@@ -47,7 +49,9 @@ def _model_input(ctx) -> Optional[torch.Tensor]:
 
 
 # -- PixelShuffle -----------------------------------------------------------------------------------
+@register_rule("upstream/pixel-shuffle-channels", stage="module", on=(nn.PixelShuffle,), order=230)
 def pixel_shuffle(ctx) -> Optional[Diagnosis]:
+    """nn.PixelShuffle(r) fed channels that are not a multiple of r²: the conv before it sets them."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor) or x.dim() < 3:
         return None
@@ -81,7 +85,9 @@ def pixel_shuffle(ctx) -> Optional[Diagnosis]:
 
 
 # -- Unflatten --------------------------------------------------------------------------------------
+@register_rule("upstream/unflatten-size", stage="module", on=(nn.Unflatten,), order=240)
 def unflatten(ctx) -> Optional[Diagnosis]:
+    """nn.Unflatten fed a dim that is not the product of its sizes: the Linear before it sets it."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
         return None
@@ -122,7 +128,11 @@ def _pairs(value, n: int) -> List[int]:
     return list(value) if isinstance(value, (tuple, list)) else [value] * n
 
 
+@register_rule("upstream/pool-map-too-small", stage="module",
+               on=(nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd),
+               order=250)
 def pool_too_small(ctx) -> Optional[Diagnosis]:
+    """A pooling layer whose map already shrank below its kernel: the downsampling steps before it."""
     m, x = ctx.module, ctx.arg("input", 0)
     if not isinstance(x, torch.Tensor) or "too small" not in str(ctx.exc):
         return None
@@ -168,7 +178,11 @@ def _shrinking_calls(ctx, nd: int):
 
 
 # -- cat after a ConvTranspose ----------------------------------------------------------------------
-def cat_after_upsample(ctx, failed) -> Optional[Diagnosis]:
+@register_rule("join/cat-after-upsample", stage="op", on=ops.JOINS, order=100)
+def cat_after_upsample(ctx) -> Optional[Diagnosis]:
+    """``torch.cat`` of a ConvTranspose output with a skip one row/column larger: ``output_size=`` of that
+    call."""
+    failed = ctx.failed_op
     if failed.record.op not in ("cat", "concat", "concatenate"):
         return None
     seq = failed.args[0] if failed.args else failed.kwargs.get("tensors")

@@ -1,11 +1,13 @@
 """Re-run a failing forward on a copy: once with the op trace (where did the bad input come from?),
-then with the suggested fix applied, following the chain of failures until the model runs.
+then with the suggested fix applied, following the chain of failures until the model runs; then
+judge the fixed copy with the oracles (:mod:`layerlab.engine.oracles`) and search the edit grammar
+(:mod:`layerlab.engine.fix_search`) where the rule's fix fails one (see :mod:`layerlab.probe.fix_judging`).
 
 Both runs use a deep copy of the model (the user's model is never touched), the same inputs and
 the same seed (dropout masks as in the real run), module hooks without statistics, and the op
 trace. A fix's verification stops when the model runs (``runs``), when a failure has no mechanical
 fix or the same fix comes back (``still-fails``), or at the time cap or step limit
-(``not-verified``). Only metadata is kept: output shapes, never outputs.
+(``not-verified``); a fix that runs but fails an oracle is ``implausible``, never *the* fix. Only metadata is kept: output shapes, never outputs.
 """
 
 from __future__ import annotations
@@ -98,50 +100,68 @@ def replay(module, args, kwargs, seed, mode, path: Optional[str], exc: BaseExcep
     return ctx
 
 
-def verify(module, args, kwargs, seed, mode, first, budget_s: float) -> Optional[Verification]:
-    """Apply ``first.fix`` to a copy and re-run; follow the next failures' fixes (see module doc)."""
+def verify(module, args, kwargs, seed, mode, first, budget_s: float, ctx: Optional[FailureContext] = None
+           ) -> Optional[Verification]:
+    """Apply ``first.fix`` to a copy and re-run; follow the next failures' fixes (see module doc).
+    Then judge the fixed copy with the oracles and search the edit grammar where the rule's fix fails
+    one, changes parameters, or is missing (:func:`judge_and_search`: it may replace ``first.fix``)."""
+    chained, fixed, flattened = follow(module, args, kwargs, seed, mode, first, budget_s)
+    return judge_and_search(module, args, kwargs, seed, mode, first, chained, fixed, ctx, flattened)
+
+
+def follow(module, args, kwargs, seed, mode, first, budget_s: float):
+    """``(Verification, FixedModel or None, flattened)``: the rule's fix and the fixes of the failures
+    after it; ``flattened``: the layers met failing on a flattened input (for the oracles)."""
+    from layerlab.engine.oracle_sizes import flattened_inputs
     from layerlab.probe.blame import diagnose
     from layerlab.probe.fixes import FixError, FixedModel, apply_step
 
-    if first.fix is None:
-        return None
+    if first is None or first.fix is None:
+        return None, None, {}
     deadline = time.perf_counter() + budget_s
     clone = copy_model(module, mode)
     if clone is None:
-        return Verification("not-verified", [first.fix], note="the model cannot be copied")
+        return Verification("not-verified", [first.fix], note="the model cannot be copied"), None, {}
     fixed = FixedModel(clone, {})
-    steps, then = [first.fix], []
+    steps, then, flattened = [first.fix], [], {}
     applied = {(first.fix.where, first.fix.code)}
     try:
         apply_step(fixed, first.fix)
     except FixError as exc:
-        return Verification("not-verified", steps, note=f"the fix could not be applied: {exc}")
+        return Verification("not-verified", steps, note=f"the fix could not be applied: {exc}"), None, {}
     for _ in range(MAX_STEPS):
         if time.perf_counter() > deadline:
-            return Verification("not-verified", steps, then, note=f"stopped at the time cap of {budget_s:.0f} s")
+            return Verification("not-verified", steps, then, note=f"stopped at the time cap of {budget_s:.0f} s"), None, {}
         outcome = traced_forward(fixed.model, args, kwargs, seed, fixed.substitutions)
         if outcome.ok:
-            return Verification("runs", steps, then, outputs=outcome.outputs)
+            return Verification("runs", steps, then, outputs=outcome.outputs), fixed, flattened
         ctx = outcome.ctx
+        flattened.update(flattened_inputs(ctx))
         d = diagnose(ctx)
         where = location(ctx)
         message = d.message if d is not None else f"{type(ctx.exc).__name__}: {_first_line(ctx.exc)}"
         if first.fix.params.get("alone"):  # a fix that must work by itself: no resizing after it
             then.append(VerifiedStep(where, message, None))
             return Verification("still-fails", steps, then, note="the fix alone does not make the model run: "
-                                "it may not be the right one")
+                                "it may not be the right one"), None, {}
         if d is None or d.fix is None or (d.fix.where, d.fix.code) in applied:
             then.append(VerifiedStep(where, message, None))
             return Verification("still-fails", steps, then,
-                                note=None if d is None or d.fix is None else "the same fix comes back: it did not help")
+                                note=None if d is None or d.fix is None else "the same fix comes back: it did not help"), None, {}
         then.append(VerifiedStep(where, message, d.fix))
         steps.append(d.fix)
         applied.add((d.fix.where, d.fix.code))
         try:
             apply_step(fixed, d.fix)
         except FixError as exc:
-            return Verification("not-verified", steps, then, note=f"the fix could not be applied: {exc}")
-    return Verification("not-verified", steps, then, note=f"more than {MAX_STEPS} fixes in a row")
+            return Verification("not-verified", steps, then, note=f"the fix could not be applied: {exc}"), None, {}
+    return Verification("not-verified", steps, then, note=f"more than {MAX_STEPS} fixes in a row"), None, {}
+
+
+def judge_and_search(*args, **kwargs):
+    from layerlab.probe.fix_judging import judge_and_search as judged
+
+    return judged(*args, **kwargs)
 
 
 def _first_line(exc: Any) -> str:

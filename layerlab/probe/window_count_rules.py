@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch.nn as nn
 
+from layerlab.engine.rule_registry import register_rule
 from layerlab.probe.report import Diagnosis
 
 _FLATTENS = ("flatten", "view", "reshape")
@@ -47,8 +48,10 @@ def _unfold_before(ctx, x):
     return None
 
 
-def overlapping_windows(ctx, found: Diagnosis) -> Optional[Diagnosis]:
+@register_rule("size/overlapping-windows", stage="refine", order=70)
+def overlapping_windows(ctx) -> Optional[Diagnosis]:
     """Refines the Linear rule's ``in_features=…`` when an overlapping unfold explains the size."""
+    found = ctx.found
     if not isinstance(ctx.module, nn.Linear) or found.fix is None or found.fix.params.get("name") != "in_features":
         return None
     x = ctx.arg("input", 0)

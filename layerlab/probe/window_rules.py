@@ -28,6 +28,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
+from layerlab.engine.rule_registry import register_rule
+from layerlab.probe import op_triggers as ops
 from layerlab.probe.context import op_at
 from layerlab.probe.report import Diagnosis
 
@@ -77,9 +79,22 @@ def _layout_in_doubt(record, shape, wanted, split_axes, kept, ws) -> Diagnosis:
     )
 
 
-def partition(failed, wanted: Optional[List[int]]) -> Optional[Diagnosis]:
-    """``x.view(B, H // ws, ws, W // ws, ws, C)`` on an ``H`` or ``W`` that ``ws`` does not divide
-    (``wanted``: the sizes the view asked for)."""
+def requested_shape(failed) -> Optional[List[int]]:
+    """The sizes a failed ``view``/``reshape`` asked for (``None`` when they are not plain ints)."""
+    sizes = list(failed.args[1:]) or list(failed.kwargs.get("shape", failed.kwargs.get("size", [])) or [])
+    if len(sizes) == 1 and isinstance(sizes[0], (list, tuple, torch.Size)):
+        sizes = list(sizes[0])
+    try:
+        return [int(s) for s in sizes]
+    except (TypeError, ValueError):
+        return None
+
+
+@register_rule("view/window-partition", stage="op", on=ops.VIEWS, order=410)
+def partition(ctx) -> Optional[Diagnosis]:
+    """``x.view(B, H // ws, ws, W // ws, ws, C)`` on an ``H`` or ``W`` that the window ``ws`` does not divide."""
+    failed = ctx.failed_op
+    wanted = requested_shape(failed)
     record = failed.record
     x = failed.args[0] if failed.args and isinstance(failed.args[0], torch.Tensor) else None
     if x is None or wanted is None or "stride" in str(failed.exc) or wanted.count(-1) > 1:

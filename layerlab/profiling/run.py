@@ -18,7 +18,9 @@ How it measures (see :mod:`layerlab.profiling.hooks` for the hooks):
 
 A step is ``out = model(*inputs)`` then ``torch.autograd.backward(outs, grads)`` with fixed, seeded
 output gradients; ``.grad`` of every parameter and input is reset to ``None`` between steps, outside
-what is timed. On CUDA every timed region is bracketed by CUDA events and synchronised; on CPU it
+what is timed (and a forward that writes into its input gets the values passed again:
+:mod:`layerlab.target.fresh_inputs`). The user's ``.grad`` tensors, BatchNorm statistics, RNG and
+everything else come back afterwards (:mod:`layerlab.target.no_trace`). On CUDA every timed region is bracketed by CUDA events and synchronised; on CPU it
 is wall time (``time.perf_counter``). The profiler's overhead is the profiled step over the plain
 one. The module's train/eval flags are left as they are (the spec's ``mode:``), and hooks are
 removed in ``finally``.
@@ -35,13 +37,17 @@ import torch
 
 from layerlab.backends import DEFAULT_COMPILE_BACKEND
 from layerlab.errors import CheckFailed
+from layerlab.target.entry import entry_point
 from layerlab.profiling.hooks import CudaClock, StepProbe, WallClock
 from layerlab.profiling.report import ProfileReport, ProfileRow, StepTiming
 from layerlab.profiling.steadiness import check_steps, unsteady_note
+from layerlab import faults
+from layerlab.target.fresh_inputs import FreshInputs
 
 __all__ = ["profile", "profile_args", "Stepper"]
 
 
+@entry_point("profile")
 def profile(module: Any, *inputs: Any, repeats: int = 10, warmup: int = 3, compile: bool = False,
             compile_backend: str = DEFAULT_COMPILE_BACKEND, reference: Any = None, threads: Optional[int] = None,
             seed: int = 0, target: Optional[str] = None, forward_kwargs: Optional[Dict[str, Any]] = None,
@@ -133,6 +139,7 @@ def _profile_args(module: Any, args: Sequence[Any], *, repeats: int, warmup: int
             report.notes.append(f"{replayed} module call(s) ran again inside backward (activation checkpointing "
                                 "recomputes them): they have no rows; their time and FLOPs are in the backward "
                                 "of the rows whose autograd nodes asked for them")
+        report.notes.extend(stepper.fresh.note())
         if not backward:
             report.notes.append("forward only: no output requires grad (no trainable parameter or input reaches it)")
         unsteady = unsteady_note(step)  # last: the other notes hold whatever the timings
@@ -227,6 +234,8 @@ class Stepper:
         self.pos = [a.value for a in args if not a.keyword]
         self.kw = {a.name: a.value for a in args if a.keyword}
         self.leaves = [t for a in args for _, t in flatten(a.value) if t.requires_grad and t.is_leaf]
+        self.fresh = FreshInputs((a.name, a.value) for a in args)  # a forward that writes into its input
+        faults.step("first step")
         try:
             with torch.random.fork_rng(devices=[]):
                 out = module(*self.pos, **self.kw)
@@ -246,12 +255,16 @@ class Stepper:
                 raise _model_raised(exc, module, "in the backward") or exc from None
             finally:
                 self.reset()
+        else:
+            self.fresh.refresh()
 
     def reset(self) -> None:
+        """Before a step: no gradients, and the inputs' own values (see FreshInputs)."""
         for p in self.module.parameters():
             p.grad = None
         for t in self.leaves:
             t.grad = None
+        self.fresh.refresh()
 
     def run(self, fn: Optional[Callable] = None, probe: Optional[StepProbe] = None) -> tuple:
         """One step; return clock readings ``(start, after forward, after backward)``."""
@@ -291,9 +304,11 @@ def _measure(stepper: Stepper, repeats: int, warmup: int):
     per_row: Dict[tuple, List[tuple]] = {}
     unattributed: List[float] = []
     try:
-        for _ in range(warmup):
+        for i in range(warmup):
+            faults.step(f"warm-up step {i}")
             stepper.timed()
         for r in range(repeats + (1 if warmup else 0)):
+            faults.step(f"timed round {r}")
             for variant in (("plain", "probed") if r % 2 == 0 else ("probed", "plain")):
                 if variant == "plain":
                     result = stepper.timed()
@@ -340,6 +355,7 @@ def _count(stepper: Stepper):
     uncounted = UncountedOps(counter.flop_registry, probe.current_call)
     probe.install()
     stepper.reset()
+    faults.step("FLOP-counting step")
     try:
         with uncounted, counter:  # uncounted below the counter: it sees what the counter ran
             with probe.saved_tensors():

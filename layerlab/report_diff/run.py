@@ -17,10 +17,12 @@ from layerlab.report_diff.collect import Collector
 from layerlab.report_diff.load import ReportError, kind_of, load
 from layerlab.report_diff.numbers import DEFAULT_ATOL, DEFAULT_RTOL
 from layerlab.report_diff.report import SECTIONS, DiffReport
+from layerlab.target.entry import entry_point
 
 __all__ = ["diff"]
 
 
+@entry_point("diff", pure=True)
 def diff(a: Any, b: Any, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> DiffReport:
     """Compare two reports of the same kind; the result lists every difference, largest first.
 

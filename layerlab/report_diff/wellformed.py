@@ -3,11 +3,13 @@
 A ``--json`` file is user input: it may be cut, hand-edited, or not a report at all. Before any
 comparison, the parts the comparators index into are checked here — ``calls`` is a list of
 objects, each with a string ``path`` and a whole-number ``call``, a tensor's ``shape`` is a list of
-whole numbers, names are plain values — and the first thing out of shape is a
+whole numbers, names are plain values, every number the comparators compare (statistics, norms,
+FLOPs, bytes, times) is a number (or ``"nan"``/``"inf"``/``"-inf"``, how a report writes the
+non-finite ones), ``kind`` is a string — and the first thing out of shape is a
 :class:`~layerlab.report_diff.load.ReportError` (exit 2) naming its JSON path
-(``A.json: calls[3].call``), what was expected and what is there. Values the comparators read
-leniently (statistics, norms, messages: anything that is not a number is compared by equality)
-are not checked. Nesting deeper than :data:`MAX_DEPTH` is refused before any recursive walk.
+(``A.json: calls[3].outputs[0].stats.mean``), what was expected and what is there: a hand-edited
+``"mean": "abc"`` is never compared as "equal" text. Messages and other free text are not checked.
+Nesting deeper than :data:`MAX_DEPTH` is refused before any recursive walk.
 
 Nothing here imports torch.
 """
@@ -45,7 +47,13 @@ def _is_scalar(v: Any) -> bool:  # usable as a key to match rows by
     return v is None or isinstance(v, (str, int, float, bool))
 
 
+def _is_number(v: Any) -> bool:  # non-finite values are written as strings (layerlab.serialize)
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in ("nan", "inf", "-inf")
+
+
 STR = Shape("a string", lambda v: isinstance(v, str))
+NUMBER = Shape('a number (or "nan", "inf", "-inf")', _is_number)
+BOOL = Shape("true or false", lambda v: isinstance(v, bool))
 INT = Shape("a whole number", _is_int)
 SCALAR = Shape("a string or a number", _is_scalar)
 OBJECT = Shape("an object", lambda v: isinstance(v, dict))
@@ -64,7 +72,13 @@ def _needed(shape: Shape) -> Shape:
     return Shape(shape.what, shape.test, shape.items, shape.fields, shape.required, nullable=False)
 
 
-TENSOR = record(name=STR, shape=list_of(_needed(INT)), stats=OBJECT, grad=OBJECT, slot=INT)
+STATS = record(mean=NUMBER, std=NUMBER, min=NUMBER, max=NUMBER, zeros=NUMBER, nan=NUMBER, inf=NUMBER, numel=NUMBER)
+TENSOR = record(name=STR, shape=list_of(_needed(INT)), stats=STATS, grad=record(norm=NUMBER, nan=BOOL, inf=BOOL),
+                slot=INT)
+PARAM = record(("name",), name=_needed(SCALAR), flags=list_of(_needed(STR)), numel=NUMBER, norm=NUMBER,
+               grad_norm=NUMBER, ratio=NUMBER)
+COST = dict(forward_s=NUMBER, backward_s=NUMBER, flops_forward=NUMBER, flops_backward=NUMBER,
+            activation_bytes=NUMBER, output_bytes=NUMBER, param_bytes=NUMBER)
 CALL = record(("path", "call", "class_name", "index"), path=_needed(STR), call=_needed(INT),
               class_name=_needed(SCALAR), index=_needed(INT), parent=INT, inputs=list_of(TENSOR),
               outputs=list_of(TENSOR))
@@ -76,20 +90,23 @@ CHECKS = list_of(record(name=SCALAR))
 #: per report kind, the top-level keys the comparators read and their shapes
 SHAPES: Dict[str, Shape] = {
     "inspect-report": record(
-        calls=list_of(_needed(CALL)), inputs=list_of(TENSOR), failure=OBJECT, backward=OBJECT,
-        params=list_of(_needed(record(("name",), name=_needed(SCALAR), flags=list_of(_needed(STR))))),
+        calls=list_of(_needed(CALL)), inputs=list_of(TENSOR), failure=OBJECT,
+        backward=record(loss_value=NUMBER, output_grad_norm=NUMBER), params=list_of(_needed(PARAM)),
         problems=list_of(_needed(FINDING)), notes=list_of(_needed(FINDING)),
         checks=list_of(_needed(record(("path",), path=_needed(SCALAR)))), probes=list_of(_needed(PROBE)),
     ),
     "gradcheck-report": record(checks=CHECKS),
     "gradcheck-matrix": record(reports=list_of(_needed(record(target=SCALAR, checks=CHECKS)))),
-    "profile-report": record(totals=OBJECT, rows=list_of(_needed(record(path=SCALAR, call=SCALAR)))),
+    "profile-report": record(totals=record(**COST), rows=list_of(_needed(record(path=SCALAR, call=SCALAR, **COST)))),
 }
 
 
 def check(report: Dict[str, Any], kind: str, name: str) -> None:
     """Raise a ReportError at the first part of ``report`` (a ``kind``) diff cannot read."""
     _depth(report, name)
+    if "kind" in report and not isinstance(report["kind"], str):
+        _fail(name, "kind", 'a string naming the report kind ("inspect-report", "profile-report", …)',
+              report["kind"])
     shape = SHAPES.get(kind)
     if shape is not None:
         _walk(report, shape, name, kind.replace("-", " "))

@@ -103,6 +103,11 @@ def _place(module, spec: Spec, meta: bool):
         if meta:
             return module.to(dtype=dtype) if dtype is not None else module
         return module.to(device=spec.device, dtype=dtype) if dtype is not None else module.to(device=spec.device)
+    except RecursionError:  # nested deeper than Python's recursion limit, not the device's fault: the run
+        from layerlab.faults import watch_model  # guard (layerlab.faults) says so
+
+        watch_model(module)
+        raise
     except (RuntimeError, AssertionError, ValueError) as exc:
         raise SpecError(f"cannot move the model to device {spec.device!r}: {limits.first_line(exc)}",
                         where=spec.device_where or spec.source,

@@ -105,7 +105,12 @@ def check_model_fits(spec: Spec, build_meta: Callable[[], Any], inputs: int, fre
         )
     if str(spec.device).split(":")[0] != "cpu":
         return est
+    from layerlab.faults import step, watch_model
+
+    previous = step("while building the model (the shape-only forward that checks the memory it needs)")
+    watch_model(meta)  # a --timeout names the submodule by its path
     largest = _without_dynamo(_largest_intermediate, meta, spec)
+    step(previous)
     if largest is not None:
         est.largest, est.largest_op = largest
         if est.total > free:

@@ -10,6 +10,11 @@ its reference, its claims and its batch dims.
 * :mod:`layerlab.target.bind`: :class:`Arg`, binding inputs to ``forward``, walking nested tensors.
 * :mod:`layerlab.target.references`: the reference a Target should equal.
 * :mod:`layerlab.target.discover`: what there is to run (``layerlab list``) and did-you-mean hints.
+* :mod:`layerlab.target.entry`: every public entry point's envelope — :mod:`~layerlab.target.no_trace`
+  (the model, inputs and process state put back as they were) and :mod:`~layerlab.faults`
+  (the model's ``sys.exit`` / ``KeyboardInterrupt``, ``timeout=``); :mod:`~layerlab.target.fresh_inputs`
+  (a forward that writes into its input), :mod:`~layerlab.target.buffers`,
+  :mod:`~layerlab.target.copying`, :mod:`~layerlab.target.seeding`.
 
 Dependencies: target → (layers, spec, shapes) → errors; every command's package imports it, never
 the other way. Importing the package imports nothing heavy: its names load on first use, and only

@@ -71,7 +71,7 @@ def positional_names(module: Any, n: int) -> List[str]:
 
 
 def map_tensors(value: Any, fn: Callable[[Tensor], Any], memo: Optional[dict] = None) -> Any:
-    """Apply ``fn`` to every tensor in a nested tuple/list/dict; one tensor passed twice (``key is
+    """Apply ``fn`` to every tensor in a nested tuple/list/dict/dataclass; one tensor passed twice (``key is
     query``) maps to one result, so shared inputs stay shared."""
     memo = {} if memo is None else memo
     if isinstance(value, Tensor):
@@ -84,6 +84,13 @@ def map_tensors(value: Any, fn: Callable[[Tensor], Any], memo: Optional[dict] = 
         return [map_tensors(v, fn, memo) for v in value]
     if isinstance(value, dict):
         return {k: map_tensors(v, fn, memo) for k, v in value.items()}
+    if is_dataclass_instance(value):
+        import copy
+
+        twin = copy.copy(value)
+        for name in field_names(value):
+            object.__setattr__(twin, name, map_tensors(getattr(value, name), fn, memo))  # frozen ones too
+        return twin
     return value
 
 
@@ -93,7 +100,8 @@ def map_args(args: Sequence[Arg], fn: Callable[[Tensor], Any]) -> List[Arg]:
 
 
 def flatten(value: Any, prefix: str = "output") -> List[Tuple[str, Tensor]]:
-    """``[(path, tensor)]`` of every tensor in a nested value: ``output``, ``output[1][0]``, ``output['h']``."""
+    """``[(path, tensor)]`` of every tensor in a nested value: ``output``, ``output[1][0]``, ``output['h']``,
+    ``output.logits`` (a dataclass's field). A generator is refused (:func:`refuse_lazy`)."""
     if isinstance(value, Tensor):
         return [(prefix, value)]
     out: List[Tuple[str, Tensor]] = []
@@ -103,7 +111,40 @@ def flatten(value: Any, prefix: str = "output") -> List[Tuple[str, Tensor]]:
     elif isinstance(value, dict):
         for k, v in value.items():
             out.extend(flatten(v, f"{prefix}[{k!r}]"))
+    elif is_dataclass_instance(value):
+        for name in field_names(value):
+            out.extend(flatten(getattr(value, name), f"{prefix}.{name}"))
+    else:
+        refuse_lazy(value, prefix)
     return out
+
+
+def is_dataclass_instance(value: Any) -> bool:
+    """A dataclass object (not the class): its fields are walked like a dict's values."""
+    return hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type)
+
+
+def field_names(value: Any) -> List[str]:
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(value) if hasattr(value, f.name)]
+
+
+def refuse_lazy(value: Any, where: str) -> None:
+    """A generator (or another one-shot iterator) where tensors are expected is a clear error: its
+    values exist only while it is iterated, once, so no check can read them (and reading them would
+    use them up for the caller)."""
+    import collections.abc
+
+    if isinstance(value, collections.abc.Iterator) and not isinstance(value, (Tensor, str, bytes)):
+        from layerlab.errors import UsageError
+
+        what = "the model's output" if where in ("output", "") else where
+        raise UsageError(f"{what} is a {type(value).__name__}: its values are made only while it is iterated, "
+                         "once, so layerlab cannot check them", where=where,
+                         expected="tensors, or tuples, lists, dicts or dataclasses of them",
+                         got=type(value).__name__,
+                         hint="return a tuple or list instead: return tuple(... for ...)")
 
 
 def input_tensors(args: Sequence[Arg]) -> List[Tuple[str, Tensor]]:

@@ -40,6 +40,14 @@ def copy_model(module: nn.Module) -> nn.Module:
         UsageError: a submodule keeps a tensor computed with autograd as a plain attribute and no
             known hook recomputes it.
     """
+    from layerlab.faults import watch_model
+
+    twin = _copy_model(module)
+    watch_model(twin)  # a --timeout names the copy's submodules by their paths too
+    return twin
+
+
+def _copy_model(module: nn.Module) -> nn.Module:
     derived = _derived_attributes(module)
     if not derived:
         return _deepcopy(module)

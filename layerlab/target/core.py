@@ -74,6 +74,12 @@ class Target:
         """Every argument's value, in call order."""
         return [a.value for a in self.args]
 
+    def __post_init__(self) -> None:
+        from layerlab.faults import step, watch_model
+
+        watch_model(self.module)  # a --timeout names the submodule that was running by its path
+        step(None)  # built: the preparation is over (a command names its own steps from here)
+
 
 def from_module(module: Any, *inputs: Any, reference: Any = None, tags: Iterable[str] = (),
                 batch_dims: Optional[Dict[str, Optional[int]]] = None, seed: int = 0, name: Optional[str] = None,

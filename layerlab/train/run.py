@@ -28,8 +28,12 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from layerlab.errors import CheckFailed, LayerlabError, Problem, UsageError
+from layerlab.target.entry import entry_point
 from layerlab.target.bind import map_args
 from layerlab.target.copying import copy_model
+from layerlab import faults
+from layerlab.faults import watch_model
+from layerlab.target.fresh_inputs import FreshInputs
 from layerlab.spec.limits import clean_text
 from layerlab.train import (ce_floor, constant_output, diverge, forward_blame, frozen, high_dropout, loss as L,
                             optimizer_step, output_range, recreated, replay, squashed, summed, unregistered)
@@ -45,6 +49,7 @@ __all__ = ["train_check", "train_target", "DEFAULT_STEPS"]
 DEFAULT_STEPS = 50
 
 
+@entry_point("train-check")
 def train_check(module_or_spec: Any, *inputs: Any, loss: Any = None, target: Any = None, output: Any = None,
                 steps: Optional[int] = None, optimizer: Any = None, lr: Optional[float] = None, seed: int = 0,
                 mode: Optional[str] = None, allow_import: bool = False,
@@ -138,11 +143,13 @@ def _train_target(built: Any, *, loss: Any, target: Any, output: Any, steps: Opt
     if lr is not None:
         lr = check_lr(lr, "--lr", UsageError)
     model = built.module if copied else copy_model(built.module)
+    watch_model(model)  # a timeout names the copy's submodule by its path
     if mode is not None:
         model.train(mode == "train")
     args = map_args(built.args, lambda t: t.detach())  # the batch is data: no gradient w.r.t. it
     positional = [a.value for a in args if not a.keyword]
     keyword = {a.name: a.value for a in args if a.keyword}
+    fresh = FreshInputs((a.name, a.value) for a in args)  # a forward that writes into its input: each step
     _materialise(model, positional, keyword)
     chosen_opt, chosen_lr = optimizer if optimizer is not None else section.optimizer or "adam", \
         lr if lr is not None else section.lr
@@ -153,18 +160,20 @@ def _train_target(built: Any, *, loss: Any, target: Any, output: Any, steps: Opt
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(built.seed)
         run = _Run(model, positional, keyword, opt, steps, built.seed, progress)
+        run.fresh = fresh
         objective = run.go(lambda out: build_objective(out, section, loss, target, output, built, args, at))
     chosen = optimizer if optimizer is not None else section.optimizer
     # the lr is this check's choice (not the user's): a named optimizer or a class, with no lr given
     default_lr = lr is None and section.lr is None and (chosen is None or isinstance(chosen, (str, type)))
     again = _replayer(model, initial, positional, keyword, objective, steps, built.seed,
-                      lambda twin: build_optimizer(chosen_opt, chosen_lr, twin, original)[0])
+                      lambda twin: build_optimizer(chosen_opt, chosen_lr, twin, original)[0], fresh)
     report = build_report(built, model, run, objective, opt_text, rate, steps, args, opt, default_lr, again)
+    report.notes.extend(fresh.note())
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _replayer(model, initial, positional, keyword, objective, steps, seed, make_optimizer):
+def _replayer(model, initial, positional, keyword, objective, steps, seed, make_optimizer, fresh=None):
     """``again(scale=None, change=None, floor=None)``: the run replayed from ``initial`` with the loss scaled by
     ``scale(value)`` or the model changed by ``change(copy)``, judged above ``floor`` (``None`` without a snapshot)."""
     if initial is None or objective is None:
@@ -172,6 +181,8 @@ def _replayer(model, initial, positional, keyword, objective, steps, seed, make_
     values = objective.target.numel() if objective.target is not None else None
 
     def again(scale=None, change=None, floor=None):
+        if fresh is not None:
+            fresh.refresh()
         loss = objective if scale is None else (lambda out: scale(objective(out)))
         return replay.replay(model, initial, positional, keyword, loss, make_optimizer, steps, seed, values, change,
                              floor)
@@ -215,6 +226,7 @@ class _Run:
             for step in range(self.steps):
                 if self.progress is not None:
                     self.progress("train", step, self.steps)
+                faults.step(f"step {step}")
                 self.opt.zero_grad(set_to_none=True)
                 self.loop.zeroed(step)
                 out = self._forward(step)
@@ -270,6 +282,9 @@ class _Run:
         return objective
 
     def _forward(self, step: int) -> Any:
+        fresh = getattr(self, "fresh", None)
+        if fresh is not None:
+            fresh.refresh()  # the values the user passed, if the last step wrote into them
         try:
             return self.model(*self.positional, **self.keyword)
         except LayerlabError:

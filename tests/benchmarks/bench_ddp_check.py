@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_ddp_check.py              # 3 cold runs
     python tests/benchmarks/bench_ddp_check.py --repeats 5
+    python tests/benchmarks/bench_ddp_check.py --gpt2       # GPT-2 124M against a plain DDP step
 
 Prints, measured side by side in this one run:
 
@@ -17,6 +18,13 @@ Prints, measured side by side in this one run:
   torch._dynamo; the fork server imports it once for every rank);
 * **warm**: ``layerlab.ddp_check`` again in this process (fork server up), with its own split
   into the single-process side and the ranks.
+
+``--gpt2`` measures instead, side by side: ``layerlab.ddp_check`` of GPT-2 124M (transformers'
+``GPT2Config()`` sizes, built from the config, eval mode, batch 2 × 16 tokens, next-token loss) on
+2 ranks, and the same step as a plain script runs it — 2 ranks started with
+``torch.multiprocessing`` (spawn), each building the model from the config, ``init_process_group``
+(gloo), ``DistributedDataParallel``, one forward + backward on its half of the batch — start to
+end, with the step alone next to it. The ratio is what the check costs over one plain DDP step.
 """
 
 from __future__ import annotations
@@ -75,10 +83,93 @@ def timed(argv, env=None):
     return wall, _cpu_children() - before, proc.returncode, orphans
 
 
+GPT2_BATCH = (2, 16)
+
+
+def _gpt2():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config()).eval()
+
+
+def _gpt2_ids():
+    import torch
+
+    return torch.randint(0, 50257, GPT2_BATCH, generator=torch.Generator().manual_seed(1))
+
+
+def _plain_ddp_rank(rank: int, world: int, port: int, out: str) -> None:
+    """One rank of a plain DDP script: build, wrap, one step on its half of the batch."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from tests.distributed.scale_models import lm_loss
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    model = torch.nn.parallel.DistributedDataParallel(_gpt2())
+    ids = _gpt2_ids().chunk(world)[rank]
+    t0 = time.perf_counter()
+    lm_loss(model(input_ids=ids), {"input_ids": ids}).backward()
+    step = time.perf_counter() - t0
+    if rank == 0:
+        with open(out, "w") as f:
+            f.write(str(step))
+    dist.destroy_process_group()
+
+
+def gpt2(repeats: int) -> None:
+    import socket
+    import tempfile
+
+    import torch
+    import torch.multiprocessing as mp
+
+    sys.path.insert(0, ROOT)
+    import layerlab
+    from tests.distributed.scale_models import lm_loss
+
+    rows = []
+    for _ in range(repeats):  # interleaved: a burst of load on the shared machine hits both alike
+        load = os.getloadavg()[0]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        fd, out = tempfile.mkstemp(prefix="layerlab-bench-")
+        os.close(fd)
+        t0 = time.perf_counter()
+        mp.start_processes(_plain_ddp_rank, args=(2, port, out), nprocs=2, start_method="spawn")
+        plain = time.perf_counter() - t0
+        with open(out) as f:
+            step = float(f.read())
+        os.remove(out)
+        model, ids = _gpt2(), _gpt2_ids()
+        t0 = time.perf_counter()
+        report = layerlab.ddp_check(model, input_ids=ids, nproc=2, timeout=120, loss=lm_loss)
+        check = time.perf_counter() - t0
+        rows.append((check, plain, step, load, report))
+    print(f"GPT-2 124M, batch {GPT2_BATCH[0]} × {GPT2_BATCH[1]} tokens, 2 ranks (gloo, CPU), {os.cpu_count()} cores, "
+          f"torch {torch.__version__}")
+    print(f"  {'ddp_check s':>11s} {'plain DDP script s':>18s} {'its step s':>10s} {'ratio':>6s}  load avg  split")
+    for check, plain, step, load, report in rows:
+        split = ", ".join(f"{k} {v:.1f}" for k, v in report.seconds.items())
+        print(f"  {check:11.1f} {plain:18.1f} {step:10.2f} {check / plain:6.2f}  {load:8.1f}  {split}")
+    print(f"  (bound for ddp_check: 60 s; verdict ok={rows[-1][4].ok}, findings: {rows[-1][4].titles()})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gpt2", action="store_true", help="GPT-2 124M against a plain 2-rank DDP step")
     args = parser.parse_args()
+    if args.gpt2:
+        gpt2(args.repeats)
+        return
     libc = ctypes.CDLL(None, use_errno=True)
     subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 

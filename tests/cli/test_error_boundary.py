@@ -212,8 +212,11 @@ def test_closed_stdout_exits_141_quietly(argv, tmp_path):
 def test_ctrl_c_is_exit_130_with_one_json_line(run, monkeypatch):
     import layerlab.probe.run as probe_run
 
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
+    def interrupted(*args, **kwargs):  # a real SIGINT, as Ctrl-C sends (a KeyboardInterrupt the code raises
+        import os                      # itself is the model's failure, exit 1: tests/cli/test_run_faults_cli.py)
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(probe_run, "inspect", interrupted)
     code, out, err = run("inspect", "linear", "--json")

@@ -10,13 +10,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-BROKEN = {"broken_block.yaml", "broken_text_conv.yaml"}
+BROKEN = {"broken_block.yaml", "broken_text_conv.yaml", "tcn_chomp.yaml"}
 NEEDS_IMPORT = {"attention_ops.yaml", "user_layernorm.yaml",  # layers of the user's own code (configs/user_layers.py)
-                "factory_mlp.yaml", "hf_gpt2_padded.yaml",  # a user factory; a transformers model (third party)
+                "factory_mlp.yaml",  # a user factory
                 # planted layers and models of precision-check and train-check (configs/precision_layers.py,
                 # configs/train_models.py): they run cleanly in float32 and untrained, as inspect sees them
                 "precision_overflow.yaml", "precision_softmax.yaml", "precision_variance.yaml",
-                "train_dead_relu.yaml", "train_wrong_output.yaml"}
+                "train_dead_relu.yaml", "train_wrong_output.yaml",
+                "silent_heads.yaml",  # runs, with a silent-bug warning (configs/silent_layers.py)
+                "tcn_chomp.yaml"}  # fails on purpose: the fix search's example (configs/fix_search_layers.py)
 NEEDS_TRANSFORMERS = {"hf_gpt2_padded.yaml"}  # Hugging Face models built from a config mapping ([hf] extra)
 
 

@@ -12,6 +12,7 @@ def test_a_call_that_raised_is_counted_and_not_checked(run, tmp_path):
     assert "1 error (the failure above)" in out
     assert "0 passed, 0 failed" not in out or "not checked" in out
     assert "§" not in out
+    assert "(rule upstream/pool-map-too-small)" in out  # the rule that answered, to grep for
 
 
 def test_json_errors_stand_alone(run, tmp_path):
@@ -24,6 +25,7 @@ def test_json_errors_stand_alone(run, tmp_path):
     report = json.loads(out)
     d = report["failure"]["diagnosis"]
     assert d["cause"] == "layout" and d["fix"]["code"] == "x.transpose(1, 2)"
+    assert d["rule_id"] == "conv/in-channels" and d["severity"] == "error"
     assert d["verified"]["status"] == "runs" and d["verified"]["outputs"] == [[2, 4, 8]]
     error = json.loads(err)
     assert "panel" not in json.dumps(error)

@@ -49,8 +49,10 @@ def _resized(build, **changes):
 
 
 EXPECT = {
-    "c01_flatten_linear": Expect("fc", "size", "in_features=1352", ("1568", "1352"),
-                                 resized=lambda: M.SmallCNN(8 * 13 * 13)),
+    # the head was built for a padded conv (28 -> 28 -> 14): the conv's padding=1 keeps every
+    # parameter as built and ranks before resizing the head (in_features=1352, the other reading)
+    "c01_flatten_linear": Expect("fc", "size", "padding=1", ("1568", "1352", "in_features=1352"),
+                                 resized=_resized(lambda: M.SmallCNN(8 * 14 * 14), conv=nn.Conv2d(1, 8, 3, padding=1))),
     "c02_nhwc_conv2d": Expect("conv", "layout", "x.permute(0, 3, 1, 2)", ("channels-last",), not_first=("in_channels=24",)),
     "c03_conv1d_btc": Expect("conv", "layout", "x.transpose(1, 2)", ("proj (Linear) puts its features last",),
                              not_first=("in_channels=50",)),
