@@ -72,19 +72,27 @@ def command(
         from layerlab.distributed.launch import prestart
 
         prestart()  # the ranks' imports run while this process builds the spec
-    resolved = resolve(target, options=overrides(device=device, dtype=dtype, seed=seed, mode=mode,
-                                                 input_shape=input_shape),
-                       allow_import=allow_import, reference=False)
-    refuse_meta(resolved)
-    opts = ddp_options.from_section(resolved.sections.get("ddp"), resolved.marks).with_(
-        nproc=nproc, timeout=timeout, find_unused_parameters=find_unused_parameters)
-    build = _build(target, device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape,
-                   allow_import=allow_import)
+    from layerlab.distributed.run import whole_run_limit
+    from layerlab.faults import run_guard
+
+    # ddp-check's --timeout is the collectives'; the command's own wall clock follows from it, so a
+    # forward that never returns (in the spec's shape-only memory check, or the single-process step)
+    # cannot hang it. Two guards in turn: the spec may set another collective timeout.
+    with run_guard("ddp-check", whole_run_limit({"timeout": timeout})):
+        resolved = resolve(target, options=overrides(device=device, dtype=dtype, seed=seed, mode=mode,
+                                                     input_shape=input_shape),
+                           allow_import=allow_import, reference=False)
+        refuse_meta(resolved)
+        opts = ddp_options.from_section(resolved.sections.get("ddp"), resolved.marks).with_(
+            nproc=nproc, timeout=timeout, find_unused_parameters=find_unused_parameters)
+        build = _build(target, device=device, dtype=dtype, seed=seed, mode=mode, input_shape=input_shape,
+                       allow_import=allow_import)
     from layerlab.cli.progress import steps
     from layerlab.distributed.run import check_target
 
     env = torchrun.environment()
-    with steps(out.err, "ddp-check", json_mode=out.json_mode or env is not None) as advance:
+    with steps(out.err, "ddp-check", json_mode=out.json_mode or env is not None) as advance, \
+            run_guard("ddp-check", whole_run_limit({"timeout": opts.timeout})):
         report = check_target(resolved, build, opts, allow_import=allow_import,
                               progress=lambda what: advance(what, 0, 0))
     if env is None or env.rank == 0:

@@ -146,7 +146,7 @@ def _wait(procs: List[Any], log_dir: str, timeout: float) -> None:
             wait([p.sentinel for p in procs if p.is_alive()], timeout=min(0.1, limit - now))
             if failed_at is None and any(p.exitcode not in (None, 0) for p in procs):
                 failed_at = time.monotonic()
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, or the command's own time limit: no rank outlives the run
         _stop([p for p in procs if p.is_alive()], log_dir, dump=False)
         raise
     stuck = [p for r, p in enumerate(procs) if p.is_alive() and not _has_result(log_dir, r)]

@@ -113,7 +113,18 @@ def _register_output_capture(module: torch.nn.Module) -> None:
             _CAN_RECORD_REGISTRY[sub] = sub._can_record_outputs
 
 
-@entry_point("ddp-check", timeout_kwarg=False)
+def whole_run_limit(kwargs: Dict[str, Any]) -> float:
+    """The whole command's wall clock: twice the ranks' budget for the collective timeout (the
+    single-process runs in this process take about as long as the ranks' step)."""
+    from layerlab.distributed.launch import deadline_for
+    from layerlab.distributed.options import DdpOptions
+
+    t = kwargs.get("timeout")
+    return 2 * deadline_for(float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
+                            else DdpOptions.timeout)
+
+
+@entry_point("ddp-check", timeout_kwarg=False, run_limit=whole_run_limit)
 def ddp_check(model: Any, *inputs: Any, nproc: Optional[int] = None, loss: Any = None,
               find_unused_parameters: Optional[bool] = None, broadcast_buffers: Optional[bool] = None,
               timeout: Optional[float] = None, seed: int = 0, batch_dims: Optional[Dict[str, Optional[int]]] = None,

@@ -14,6 +14,7 @@ from layerlab.mixed.capture import Key, Seen
 from layerlab.mixed.dtypes import FP16_TINY, UNDERFLOW_FRACTION
 from layerlab.mixed.report import ModuleRow, ParamRow
 from layerlab.mixed.runs import OpSeen, RunResult
+from layerlab.probe.safe_norm import host_norm, host_norms
 
 #: op→dtype entries listed per row (the rest are counted)
 MAX_OPS_SHOWN = 6
@@ -98,8 +99,9 @@ def params(ref: RunResult, run: RunResult) -> List[ParamRow]:
 
 
 def _norms(tensors: List[torch.Tensor]) -> List[float]:
-    """float32 L2 norms of many tensors, in one fused call and one conversion."""
-    return torch.stack(torch._foreach_norm(tensors)).tolist() if tensors else []
+    """L2 norms of many tensors, in one fused call and one conversion (taken again, scaled, where a
+    float32 square under- or overflowed: :mod:`layerlab.probe.safe_norm`)."""
+    return host_norms(tensors)
 
 
 #: Below this norm (or when anything is not finite) a float32 sum of squares may underflow or
@@ -169,7 +171,7 @@ def grad_sums(ref: RunResult) -> Dict[str, tuple]:
         for (name, g), norm in zip(grads.items(), _norms(list(grads.values()))):
             flushed = None
             if not (norm > FLUSHED * math.sqrt(g.numel()) / UNDERFLOW_FRACTION):  # NaN: measured too
-                flushed = float(torch.linalg.vector_norm(torch.where(g.abs() < FLUSHED, g, 0.0)))
+                flushed = host_norm(torch.where(g.abs() < FLUSHED, g, 0.0))
             found[name] = (g.numel(), norm, flushed)
         ref.grad_sums = found
     return ref.grad_sums

@@ -38,7 +38,7 @@ class SavedInputs:
 
     def restore(self) -> List[str]:
         """Put back every input a run changed; return their names (also kept in :attr:`changed`)."""
-        from layerlab.probe.buffers import put_back
+        from layerlab.target.buffers import put_back
 
         found = []
         with torch.no_grad():

@@ -38,7 +38,7 @@ from torch.nn.parameter import is_lazy
 
 from layerlab.mixed.capture import Capture, CallSeen, Key, measured_amax
 from layerlab.mixed.dtypes import HALF
-from layerlab.probe.buffers import SavedBuffers
+from layerlab.target.buffers import SavedBuffers
 from layerlab.probe.backward import differentiable_outputs, random_projection
 from layerlab.probe.hooks import ProbeBug, Recorder
 from layerlab.probe.ops import OpTrace
@@ -284,7 +284,7 @@ def needs_trace(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]
 
 def stateless(module: torch.nn.Module, modules: Optional[List[torch.nn.Module]] = None) -> bool:
     """Can it run in place? torch.nn / layerlab modules change only their buffers when they run
-    (BatchNorm's running statistics), which :class:`~layerlab.probe.buffers.SavedBuffers` puts back. A user-written forward
+    (BatchNorm's running statistics), which :class:`~layerlab.target.buffers.SavedBuffers` puts back. A user-written forward
     or hook may change anything (a counter, a cache, a list it appends to), so a model with one runs
     on a copy, as does a lazy module (running it materialises its parameters)."""
     modules = list(module.modules()) if modules is None else modules

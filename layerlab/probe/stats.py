@@ -31,6 +31,8 @@ import numpy as np
 import torch
 
 from layerlab.probe.report import GradStats, Stats
+from layerlab.probe.safe_norm import (checked_norm, checked_tensor, checked_tensors, deferred_norm, exact_sum,
+                                      std_from_norm)
 
 _HALF = (torch.float16, torch.bfloat16)
 _BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
@@ -111,9 +113,16 @@ def _norm(x: torch.Tensor, acc) -> torch.Tensor:
 
 
 def _moments(x: torch.Tensor, s: torch.Tensor, acc, may_read: bool) -> tuple:
+    """The deferred moments: the norm scaled by max |x| where the fast one may have under- or
+    overflowed (see :mod:`layerlab.probe.safe_norm`), and a sum taken
+    again in float64 where the fast one overflowed (nothing is read: ``torch.where``)."""
     mn, mx = torch.aminmax(x)
-    norm = _norm(x, acc)
-    return torch.stack([s, norm, mn.to(s.dtype), mx.to(s.dtype)]), count_nonzero(x, may_read)
+    fast = _norm(x, acc)  # as on the read path, where it can be trusted (the same digits)
+    smallest = math.sqrt(torch.finfo(fast.dtype).tiny)
+    norm = torch.where((fast >= smallest) & (fast < math.inf) | torch.isnan(fast), fast.double(),
+                       deferred_norm(x, torch.maximum(-mn, mx)))
+    s = torch.where(torch.isinf(s), x.sum(dtype=torch.float64), s.double())
+    return torch.stack([s, norm, mn.double(), mx.double()]), count_nonzero(x, may_read)
 
 
 def _moments_now(x: torch.Tensor, s: float, acc) -> tuple:
@@ -128,7 +137,7 @@ def _moments_now(x: torch.Tensor, s: float, acc) -> tuple:
     times zero: hard-swish, dropout) is counted without shifting a copy of the bits (see
     :func:`_count_nonzero_signed`). The values are those of the deferred path.
     """
-    norm = _norm(x, acc).item()
+    norm = checked_norm(x, _norm(x, acc).item(), acc or x.dtype)  # recomputed only if it under/overflowed
     bits = _BITS.get(x.dtype)
     if bits is None:  # e.g. float8: the plain reductions
         mn, mx = (v.item() for v in torch.aminmax(x))
@@ -234,10 +243,13 @@ def tensor_stats(x: torch.Tensor, may_read: Optional[bool] = None) -> Optional[t
     if math.isfinite(total):
         return (n, n, *_moments_now(x, total, acc), None)
     bad = (int(torch.isnan(x).sum()), int(torch.isinf(x).sum()))
+    if bad == (0, 0):  # finite elements whose sum overflowed
+        return (n, n, *_moments_now(x, exact_sum(x), acc), None)
     finite = x[torch.isfinite(x)]
     if finite.numel() == 0:
         return (n, 0, None, None, bad)
-    return (n, finite.numel(), *_moments_now(finite, finite.sum(dtype=acc).item(), acc), bad)
+    total = finite.sum(dtype=acc).item()
+    return (n, finite.numel(), *_moments_now(finite, total if math.isfinite(total) else exact_sum(finite), acc), bad)
 
 
 def nested_elements(x: torch.Tensor) -> torch.Tensor:
@@ -274,7 +286,7 @@ def finish_stats(raws: List[Optional[tuple]]) -> List[Optional[Stats]]:
             s, norm, mn, mx = next(moments)
             nonzero = next(nonzeros)
         mean = s / m
-        std = math.sqrt(max(norm * norm / m - mean * mean, 0.0))
+        std = std_from_norm(norm, mean, m, max(abs(mn), abs(mx)))
         zeros = (m - int(nonzero)) / n
         out.append(Stats(mean, std, mn, mx, zeros, nan_count, inf_count, n))
     return out
@@ -290,7 +302,11 @@ def l2_norm(g: torch.Tensor) -> Optional[torch.Tensor]:
     g = nested_elements(g) if g.is_nested else g.detach()
     if g.is_complex():
         g = g.abs()
-    return torch.linalg.vector_norm(g, dtype=torch.float32 if g.dtype in _HALF else None)
+    if g.layout != torch.strided or g.numel() == 0:
+        return torch.linalg.vector_norm(g, dtype=torch.float32 if g.dtype in _HALF else None)
+    if not _may_read(g):
+        return deferred_norm(g)
+    return checked_tensor(g, torch.linalg.vector_norm(g, dtype=torch.float32 if g.dtype in _HALF else None))
 
 
 def grad_norm(g: torch.Tensor) -> Optional[torch.Tensor]:
@@ -301,7 +317,7 @@ def grad_norm(g: torch.Tensor) -> Optional[torch.Tensor]:
     """
     if g.device.type == "cpu" and g.dtype in _DOT_DTYPES and not g.is_nested and g.is_contiguous():
         flat = g.detach().view(-1)
-        return torch.dot(flat, flat).sqrt()
+        return checked_tensor(flat, torch.dot(flat, flat).sqrt())
     return l2_norm(g)
 
 
@@ -313,9 +329,9 @@ def l2_norms(tensors: List[torch.Tensor]) -> List[Optional[torch.Tensor]]:
     :func:`l2_norms_of`, so that a weight's norm is the same with or without a backward pass)."""
     if tensors and _FOREACH and all(t.device.type == "cpu" and _plain(t) for t in tensors):
         return l2_norms_of([t.detach() for t in tensors])[0]
-    if tensors and _FOREACH and all(_plain(t) for t in tensors):
+    if tensors and all(_plain(t) for t in tensors):  # on a device: scaled, nothing read
         with torch.no_grad():
-            return list(torch._foreach_norm([t.detach() for t in tensors]))
+            return [deferred_norm(t) for t in tensors]
     return [l2_norm(t) if t.numel() else None for t in tensors]
 
 
@@ -339,7 +355,7 @@ def l2_norms_of(*groups: List[torch.Tensor]) -> List[List[Optional[torch.Tensor]
     by_dot = [t.numel() >= _DOT_NORM_MIN and _dot_norm_ok(t) for t in flat]
     small = [t for t, dot in zip(flat, by_dot) if not dot]
     with torch.no_grad():
-        fused = iter(torch._foreach_norm(small) if small else ())
+        fused = iter(checked_tensors(small, torch._foreach_norm(small)) if small else ())
         norms = [grad_norm(t) if dot else next(fused) for t, dot in zip(flat, by_dot)]
     out, start = [], 0
     for group in groups:

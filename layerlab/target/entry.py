@@ -26,10 +26,12 @@ __all__ = ["entry_point", "time_limit"]
 _depth = threading.local()
 
 
-def entry_point(command: str, *, timeout_kwarg: bool = True,
-                pure: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def entry_point(command: str, *, timeout_kwarg: bool = True, pure: bool = False,
+                run_limit: Optional[Callable[[dict], float]] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The decorator (see the module docstring). ``timeout_kwarg=False``: the function has its own
-    ``timeout`` parameter with another meaning (ddp-check's collective timeout), left to it.
+    ``timeout`` parameter with another meaning (ddp-check's collective timeout), left to it; then
+    ``run_limit(kwargs)`` gives the whole run's wall-clock limit (a forward that never returns in the
+    driver's own single-process step must not hang the command).
     ``pure``: the function runs no model and changes no state (``diff``): the guard only, no snapshot
     (and no torch import)."""
 
@@ -37,6 +39,8 @@ def entry_point(command: str, *, timeout_kwarg: bool = True,
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             timeout = kwargs.pop("timeout", None) if timeout_kwarg else None
+            if run_limit is not None and timeout is None:
+                timeout = run_limit(kwargs)
             if getattr(_depth, "n", 0):
                 return fn(*args, **kwargs)
             from layerlab.faults import run_guard, step, watch_model

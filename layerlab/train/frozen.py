@@ -140,7 +140,9 @@ def _outermost(model: nn.Module, names: Set[str]) -> List[str]:
     covered = {n for n in names if any(p == "" or n.startswith(p + ".") for p in picked)}
     for n in sorted(names - covered):
         owner = n.rpartition(".")[0]
-        if owner not in picked:
+        if next(model.get_submodule(owner).children(), None) is not None:
+            picked.append(n)  # held by a block or the model itself (a mask embedding): named on its own
+        elif owner not in picked:
             picked.append(owner)
     return picked
 
@@ -174,16 +176,27 @@ def parameter_findings(model: nn.Module, names: List[str], params: List[torch.Te
     by_id = dict(zip(names, params))
     for code, members in reasons.items():
         for path in _outermost(model, members):
-            own = [n for n in members if not path or n.startswith(path + ".")]
+            own = [path] if path in members else [n for n in members if not path or n.startswith(path + ".")]
             found.append(_explain(code, model, path, own, by_id, output_reach, loss_output, watch))
     return found
 
 
 def _explain(code: str, model: nn.Module, path: str, own: List[str], by_name: Dict[str, torch.Tensor],
              output_reach: Dict[str, Set[int]], loss_output: str, watch: Watch) -> Problem:
-    who = _label(model, path)
-    where = path or "(root)"
     data = {"params": own}
+    if path in by_name:  # one parameter of a block (or of the model itself), not a module
+        owner = path.rpartition(".")[0]
+        who, where = f"{path} (a parameter of {_label(model, owner)})", path
+        if code == "no-grad" and owner in watch.called:
+            return Problem("no-grad", f"{who}: no gradient reaches it — its module ran, but its forward does not "
+                           "use this parameter as the model is run here (one used only in another mode, or only for "
+                           "some inputs, such as a mask embedding), or cuts it off (.detach()); it never changes", where=where,
+                           severity="warning", data={**data, "called": True},
+                           hint="expected if the parameter is only used in another mode or for other inputs; "
+                                "otherwise check where forward reads it")
+        path = owner  # what ran, and what its output got, are the module's
+    else:
+        who, where = _label(model, path), path or "(root)"
     if code == "requires-grad-false":
         return Problem(code, f"{who}: requires_grad=False, so it is never trained", where=where, severity="warning",
                        hint="fine for a frozen layer; otherwise set requires_grad=True", data=data)
@@ -249,16 +262,18 @@ def by_construction(found: List[Problem]) -> List[str]:
     names = [n for f in constructed for n in f.data["params"]]
     return [f"{len(names)} biases get a gradient exactly 0 at every step although a gradient reaches their layers' "
             "outputs: a bias's gradient is its output gradient summed over the batch and positions, and the sum is 0 "
-            "in every channel — most likely a later normalisation with the batch's own statistics removes the shift: "
-            f"zero by construction, not a bug: {', '.join(names)}"]
+            "in every channel — a later softmax along that axis (shift-invariant) or a normalisation with the batch's "
+            f"own statistics removes the shift: zero by construction, not a bug: {', '.join(names)}"]
 
 
 def _zero_grad(who: str, where: str, path: str, data: dict, watch: Watch, model: nn.Module) -> Problem:
     """Zero because nothing arrives (the module's output gradient is 0: an error), because what the
     parameter multiplies is 0 in this batch (its output gradient is not: an RNN cell's zero state), or,
     for a bias, because its output gradient sums to 0 per channel: a later mean subtraction removes the
-    shift (MobileNetV2's projection BatchNorm before the next block's train-mode BatchNorm). That last
-    one is by construction: severity ``info``, which train-check says as a note."""
+    shift (MobileNetV2's projection BatchNorm before the next block's train-mode BatchNorm; a softmax
+    along the positions, which is shift-invariant: attention pooling's score bias). That last one is by
+    construction, exactly 0 at every step while a gradient reaches the output: severity ``info``, which
+    train-check says as a note (inspect's gradient_causes says the same of a bias whose sum cancels)."""
     dead = watch.dead_relus()
     data = {**data, "dead_relus": dead, "output_grad": watch.output_grad.get(path)}
     said = f"{who}: its gradient is exactly 0 at every step, so it never changes"
@@ -271,9 +286,9 @@ def _zero_grad(who: str, where: str, path: str, data: dict, watch: Watch, model:
             return Problem("zero-grad", f"{said} — most likely a normalisation with the batch's own statistics "
                            f"({len(norms)} in this model, such as {norms[0]}): zero by construction, not a bug",
                            where=where, severity="info", data=data)
-        return Problem("zero-grad", f"{said} (a mean subtraction, a softmax over that axis); layerlab cannot tell "
-                       "which", where=where, severity="warning", data=data,
-                       hint="if the shift is meant to be removed, the bias is redundant (bias=False)")
+        return Problem("zero-grad", f"{said}: a softmax along that axis (attention scores, attention pooling) is "
+                       "shift-invariant, and a mean subtraction removes a shift too — zero by construction, not a "
+                       "bug (the bias is redundant: bias=False)", where=where, severity="info", data=data)
     if dead:
         return Problem("zero-grad", f"{said}; ReLU {', '.join(dead)} output 0 everywhere at every step (dead), so "
                        "no gradient passes it", where=where, severity="error", data=data,

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 import torch
 
 from layerlab.errors import Problem
+from layerlab.probe.safe_norm import host_norm
 from layerlab.train.updates import stored_values
 
 __all__ = ["LoopWatch", "leftover_grads", "FirstStep", "accumulate_finding", "point_hints", "SHRUNK"]
@@ -81,7 +82,7 @@ class FirstStep:
                     if p.grad.is_sparse and wd:  # torch's SGD refuses this pair itself
                         self.applies = False
                         return
-                    total += float(lr * stored_values(p.grad + wd * p if wd else p.grad).float().norm()) ** 2
+                    total += (lr * host_norm(stored_values(p.grad + wd * p if wd else p.grad))) ** 2
                     self._params.append(p)
                     self._before.append(p.detach().clone())
         self.expected = math.sqrt(total)
@@ -90,7 +91,7 @@ class FirstStep:
         if not self.applies or not self._params:
             return
         with torch.no_grad():
-            self.actual = math.sqrt(sum(float((p.detach() - b).float().norm()) ** 2
+            self.actual = math.sqrt(sum(host_norm(p.detach() - b) ** 2
                                         for p, b in zip(self._params, self._before)))
         self._before, self._params = [], []
 

@@ -16,7 +16,8 @@ median over the steps:
   a median of 0.016). A group whose weights are all 0 at the start (a zero-initialised layer) has no
   ratio until they are not, and is never called unstable.
 
-Norms are taken with ``torch._foreach_norm`` (one kernel per list, not one per parameter).
+Norms are taken with ``torch._foreach_norm`` (one kernel per list, not one per parameter), and only a
+norm that may have under- or overflowed is taken again, scaled (:func:`layerlab.probe.safe_norm.host_norms`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from layerlab.errors import Problem
+from layerlab.probe.safe_norm import host_norms
 from layerlab.train.report import GroupTrace
 
 __all__ = ["NOT_LEARNING", "UNSTABLE", "FIRST_STEP_UNSTABLE", "Tracker", "unstable", "ratio_findings"]
@@ -51,10 +53,8 @@ def stored_values(t: torch.Tensor) -> torch.Tensor:
 
 
 def _norms(tensors: List[torch.Tensor]) -> List[float]:
-    if not tensors:
-        return []
-    tensors = [stored_values(t) for t in tensors]
-    return torch.stack([n.float() for n in torch._foreach_norm(tensors)]).cpu().tolist()
+    """Norms without underflow or overflow (a gradient of 1e-24 is not 0; see :mod:`layerlab.probe.safe_norm`)."""
+    return host_norms([stored_values(t) for t in tensors])
 
 
 class Tracker:

@@ -119,7 +119,7 @@ class DeadProbe(Probe):
         top, low = units.amax(0), units.amin(0)
         if kind == "relu":
             bad = top <= 0
-            spread = units.std() if units.numel() > 1 else units.new_zeros(())
+            spread = units.double().std() if units.numel() > 1 else units.new_zeros(())  # float64: no underflow
             far = bad & ((top < -FAR * spread) | (top == low))
         else:
             t = SATURATION[kind]

@@ -26,6 +26,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from layerlab.errors import Problem
 from layerlab.probe.probes.base import Probe, ProbeResult, ProbeRow, ProbeRun, quiet
 from layerlab.probe.probes.channels import axis_for, capped, is_elementwise, maker_side
+from layerlab.probe.safe_norm import deferred_norm
 
 #: near zero: |x| ≤ NEAR · RMS(x)
 NEAR = 1e-3
@@ -126,7 +127,7 @@ def measure(out: torch.Tensor, path: str, class_name: str, call: int, side) -> P
     """One row: exact and near zeros of ``out``, in all and per channel."""
     x = out.detach()
     n = x.numel()
-    rms = torch.linalg.vector_norm(x, dtype=torch.float32) / n ** 0.5  # one pass, no temporary
+    rms = deferred_norm(x) / n ** 0.5  # scaled by max |x|: a float32 square under/overflows at 1e∓19
     threshold = NEAR * rms
     axis, label = axis_for(x.dim(), side)
     flags: List[str] = []
